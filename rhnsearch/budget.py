@@ -1,0 +1,81 @@
+"""Exact parameter counts and the width that fits a parameter budget.
+
+Counts equal `sum(p.numel() for p in build_model(...).parameters())` (tested for every arch).
+"""
+from .errors import UserError
+from .models import JSB_KEYS, LAYERS
+
+PTB_VOCAB = 10000
+
+
+def layer_params(arch: str, depth: int, width: int, input_size: int) -> int:
+    """Parameters of one recurrent layer (STUDIES.md §1)."""
+    n, L, f = width, depth, input_size
+    rhn = f * 2 * n + L * (2 * n * n + 2 * n)
+    dtrnn = f * n + L * (n * n + n)
+    counts = {
+        "rhn": rhn,
+        "hsg": rhn + 2 * n * n + n,
+        "dtrnn": dtrnn,
+        "dtsrnn": dtrnn + (f * n + n * n if L >= 2 else 0),
+        "lstm": 4 * n * (f + n) + 8 * n,
+    }
+    return counts[arch]
+
+
+def count_params(task: str, arch: str, depth: int, width: int, tied: bool = False,
+                 vocab_size: int = PTB_VOCAB) -> int:
+    """Parameters of `build_model(task, arch, depth, width, tied=...)`."""
+    if arch not in LAYERS:
+        raise UserError(f"unknown arch {arch!r}: use one of {', '.join(LAYERS)}")
+    if task == "jsb":
+        return layer_params(arch, depth, width, JSB_KEYS) + width * JSB_KEYS + JSB_KEYS
+    embedding = vocab_size * width
+    head = vocab_size if tied else width * vocab_size + vocab_size
+    return embedding + layer_params(arch, depth, width, width) + head
+
+
+def solve_width(budget: int, task: str, arch: str, depth: int, tied: bool = False,
+                vocab_size: int = PTB_VOCAB) -> int:
+    """The width whose parameter count is nearest to `budget`."""
+    def count(n):
+        return count_params(task, arch, depth, n, tied, vocab_size)
+
+    if count(1) > budget:
+        raise UserError(
+            f"budget {budget:,} is too small for {task} {arch} at depth {depth}: width 1 "
+            f"already has {count(1):,} parameters; raise the budget or lower the depth")
+    lo, hi = 1, 2
+    while count(hi) <= budget:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:  # count(lo) <= budget < count(hi)
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if count(mid) <= budget else (lo, mid)
+    return lo if budget - count(lo) <= count(hi) - budget else hi
+
+
+def parse_count(text: str) -> int:
+    """'32M', '1.5k', '250000' -> int."""
+    scale = {"k": 1e3, "m": 1e6, "g": 1e9}
+    t = str(text).strip().lower().replace("_", "").replace(",", "")
+    try:
+        if t and t[-1] in scale:
+            return int(round(float(t[:-1]) * scale[t[-1]]))
+        return int(float(t))
+    except ValueError:
+        raise UserError(f"cannot read {text!r} as a parameter count: write e.g. 32M, 250k "
+                        "or 250000") from None
+
+
+def parse_depths(text: str) -> list[int]:
+    """'1-10' or '1,2,4,6' -> list of positive ints."""
+    depths = []
+    try:
+        for part in str(text).split(","):
+            a, _, b = part.strip().partition("-")
+            depths.extend(range(int(a), int(b) + 1) if b else [int(a)])
+    except ValueError:
+        raise UserError(f"cannot read depths {text!r}: write e.g. 1-10 or 1,2,4,6") from None
+    if not depths or min(depths) < 1:
+        raise UserError(f"depths must be positive integers, got {text!r}")
+    return depths

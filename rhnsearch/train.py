@@ -1,0 +1,261 @@
+"""Train one configuration epoch by epoch: metrics to a callback, divergence as a result,
+checkpoint and resume, test loss at the best-valid weights."""
+import copy
+import math
+import os
+import random
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import torch
+
+from .budget import count_params
+from .data import DATASETS, batches, batchify, windows
+from .errors import UserError
+from .models import build_model, detach_state
+
+CHECKPOINT_FILE = "trainer.pt"
+
+
+@dataclass
+class TrialConfig:
+    """Everything one trial needs; logged with the run, so the run can be redone from it."""
+    dataset: str = "jsb"          # jsb | ptb | ptb-sample
+    arch: str = "rhn"             # rhn | hsg | dtrnn | dtsrnn | lstm
+    depth: int = 1
+    width: int = 64
+    tied: bool = False
+    epochs: int = 10
+    batch_size: int = 16
+    bptt: int = 35                # words only
+    optimizer: str = "sgd"        # sgd | adam
+    lr: float = 0.1
+    momentum: float = 0.0
+    nesterov: bool = False
+    weight_decay: float = 0.0
+    clip: float = 10.0            # grad-norm clip; 0 disables
+    lr_decay: float = 1.0         # lr / lr_decay**max(epoch - lr_decay_start, 0)
+    lr_decay_start: int = 0
+    init_scale: float = 0.04
+    t_bias: float = -2.0
+    hsg_bias: float = -2.5
+    drop_x: float = 0.0
+    drop_i: float = 0.0
+    drop_h: float = 0.0
+    drop_o: float = 0.0
+    max_loss: float = 0.0         # divergence cap; 0 = 3x the loss of a uniform guess
+    seed: int = 0
+    threads: int = 0              # torch threads; 0 leaves torch's default
+    device: str = "auto"          # auto (CUDA if present) | cpu | cuda
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "TrialConfig":
+        """Build from a dict, ignoring keys that are not config fields (e.g. sweep metadata)."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in names})
+
+    @property
+    def task(self) -> str:
+        return DATASETS[self.dataset]
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"device {name!r} asked for but CUDA is not available: use auto or cpu")
+    return torch.device(name)
+
+
+class Trainer:
+    """One model, its optimizer and data; `fit(callback)` runs the remaining epochs."""
+
+    def __init__(self, config: TrialConfig, data):
+        if config.dataset not in DATASETS:
+            raise UserError(f"unknown dataset {config.dataset!r}: use one of "
+                            f"{', '.join(DATASETS)}")
+        if config.dataset != data.name:
+            raise UserError(f"config asks for dataset {config.dataset!r} but got {data.name!r}")
+        self.config, self.data = config, data
+        if config.threads > 0:
+            torch.set_num_threads(config.threads)
+        self.device = pick_device(config.device)
+        random.seed(config.seed)
+        torch.manual_seed(config.seed)
+        self.shuffle = torch.Generator().manual_seed(config.seed)
+        vocab = len(data.vocab) if config.task == "ptb" else None
+        self.model = build_model(
+            config.task, config.arch, config.depth, config.width, vocab_size=vocab,
+            tied=config.tied, init_scale=config.init_scale, t_bias=config.t_bias,
+            hsg_bias=config.hsg_bias, drop_x=config.drop_x, drop_i=config.drop_i,
+            drop_h=config.drop_h, drop_o=config.drop_o).to(self.device)
+        self.params = count_params(config.task, config.arch, config.depth, config.width,
+                                   config.tied, vocab or 0)
+        self.optimizer = self._optimizer()
+        uniform_loss = 88 * math.log(2) if config.task == "jsb" else math.log(vocab)
+        self.max_loss = config.max_loss or 3 * uniform_loss
+        self.epoch, self.status = 0, "running"
+        self.best_valid, self.best_epoch, self.best_state = math.inf, 0, None
+        self.last_finite_loss = math.nan
+        self.history: list[dict] = []
+
+    def _optimizer(self):
+        c = self.config
+        if c.optimizer == "sgd":
+            return torch.optim.SGD(self.model.parameters(), lr=c.lr, momentum=c.momentum,
+                                   nesterov=c.nesterov and c.momentum > 0,
+                                   weight_decay=c.weight_decay)
+        if c.optimizer == "adam":
+            return torch.optim.Adam(self.model.parameters(), lr=c.lr,
+                                    weight_decay=c.weight_decay)
+        raise UserError(f"unknown optimizer {c.optimizer!r}: use sgd or adam")
+
+    def lr_at(self, epoch: int) -> float:
+        c = self.config
+        return c.lr / c.lr_decay ** max(epoch - c.lr_decay_start, 0)
+
+    def _batches(self, split: str, shuffle: bool):
+        """(inputs, targets, mask) on the device; words carry state across windows."""
+        c = self.config
+        if c.task == "jsb":
+            for x, y, m in batches(self.data.split(split), c.batch_size,
+                                   self.shuffle if shuffle else None):
+                yield x.to(self.device), y.to(self.device), m.to(self.device)
+        else:
+            streams = batchify(self.data.split(split), c.batch_size).to(self.device)
+            for x, y in windows(streams, c.bptt):
+                yield x, y, None
+
+    def train_epoch(self):
+        """One pass over the training data: (mean loss, mean grad norm, steps, items)."""
+        self.model.train()
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr_at(self.epoch + 1)
+        total, count, norms, steps, state = 0.0, 0, 0.0, 0, None
+        for x, y, mask in self._batches("train", shuffle=True):
+            if self.config.task == "jsb":
+                state = None
+            logits, state = self.model(x, state)
+            state = detach_state(state)
+            loss_sum, n = self.model.loss_sum(logits, y, mask)
+            loss = loss_sum / n
+            value = loss.item()
+            if not math.isfinite(value) or value > self.max_loss:
+                self.status = "diverged"
+                break
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            clip = self.config.clip if self.config.clip > 0 else math.inf
+            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip).item()
+            if not math.isfinite(norm):
+                self.status = "diverged"
+                break
+            self.optimizer.step()
+            total, count, norms, steps = total + loss_sum.item(), count + n, norms + norm, steps + 1
+            self.last_finite_loss = total / count
+        return (total / count if count else math.nan), (norms / steps if steps else math.nan), \
+            steps, count
+
+    @torch.no_grad()
+    def evaluate(self, split: str) -> float:
+        """Mean loss per real step (JSB) or per token (words) of `split`."""
+        self.model.eval()
+        total, count, state = 0.0, 0, None
+        for x, y, mask in self._batches(split, shuffle=False):
+            logits, state = self.model(x, state if self.config.task != "jsb" else None)
+            loss_sum, n = self.model.loss_sum(logits, y, mask)
+            total, count = total + loss_sum.item(), count + n
+        return total / count
+
+    def _with_ppl(self, metrics: dict) -> dict:
+        if self.config.task == "ptb":
+            for key in [k for k in metrics if k.endswith("_loss")]:
+                metrics[key.replace("_loss", "_ppl")] = math.exp(min(metrics[key], 700))
+        return metrics
+
+    def run_epoch(self) -> dict:
+        """Train and validate one epoch; returns its metrics (status 'diverged' ends the run)."""
+        start = time.perf_counter()
+        lr = self.lr_at(self.epoch + 1)
+        train_loss, grad_norm, steps, items = self.train_epoch()
+        self.epoch += 1
+        valid_loss = math.nan
+        if self.status != "diverged":
+            valid_loss = self.evaluate("valid")
+            if not math.isfinite(valid_loss) or valid_loss > self.max_loss:
+                self.status = "diverged"
+            elif valid_loss < self.best_valid:
+                self.best_valid, self.best_epoch = valid_loss, self.epoch
+                self.best_state = copy.deepcopy(self.model.state_dict())
+        seconds = time.perf_counter() - start
+        unit = "tokens_per_sec" if self.config.task == "ptb" else "steps_per_sec"
+        metrics = self._with_ppl({
+            "epoch": self.epoch, "train_loss": train_loss if self.status != "diverged"
+            else self.last_finite_loss, "valid_loss": valid_loss,
+            "best_valid_loss": self.best_valid, "lr": lr, "grad_norm": grad_norm,
+            "epoch_seconds": seconds, unit: items / seconds})
+        metrics["status"] = self.status
+        self.history.append(metrics)
+        return metrics
+
+    def finish(self) -> dict:
+        """Final result: test loss at the best-valid weights; status completed or diverged."""
+        if self.status == "running":
+            self.status = "completed"
+        test_loss = math.nan
+        if self.best_state is not None:
+            current = copy.deepcopy(self.model.state_dict())
+            self.model.load_state_dict(self.best_state)
+            test_loss = self.evaluate("test")
+            self.model.load_state_dict(current)
+        last = self.history[-1] if self.history else {}
+        return self._with_ppl({
+            "status": self.status, "epochs": self.epoch, "params": self.params,
+            "dataset": self.config.dataset, "train_loss": last.get("train_loss", math.nan),
+            "valid_loss": last.get("valid_loss", math.nan),
+            "best_valid_loss": self.best_valid, "best_epoch": self.best_epoch,
+            "test_loss": test_loss})
+
+    def fit(self, callback=None) -> dict:
+        """Run the remaining epochs, `callback(metrics)` after each; never raises on
+        divergence."""
+        while self.epoch < self.config.epochs and self.status == "running":
+            metrics = self.run_epoch()
+            if callback is not None:
+                callback(metrics)
+        return self.finish()
+
+    # -- checkpoints -------------------------------------------------------------------
+    def save(self, directory) -> Path:
+        """Write the full training state to directory/trainer.pt (atomically)."""
+        path = Path(directory) / CHECKPOINT_FILE
+        state = {
+            "config": asdict(self.config), "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(), "epoch": self.epoch,
+            "status": self.status, "best_valid": self.best_valid,
+            "best_epoch": self.best_epoch, "best_state": self.best_state,
+            "last_finite_loss": self.last_finite_loss, "history": self.history,
+            "torch_rng": torch.get_rng_state(), "shuffle_rng": self.shuffle.get_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        }
+        tmp = path.with_suffix(".tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+        return path
+
+    def load(self, directory):
+        """Restore a state written by `save` (weights-only unpickling)."""
+        path = Path(directory) / CHECKPOINT_FILE
+        state = torch.load(path, map_location=self.device, weights_only=True)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.epoch, self.status = state["epoch"], state["status"]
+        self.best_valid, self.best_epoch = state["best_valid"], state["best_epoch"]
+        self.best_state, self.history = state["best_state"], state["history"]
+        self.last_finite_loss = state["last_finite_loss"]
+        torch.set_rng_state(state["torch_rng"].cpu())
+        self.shuffle.set_state(state["shuffle_rng"].cpu())
+        if state["cuda_rng"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])
+        return self
