@@ -11,6 +11,7 @@ import platformdirs
 from ..errors import UserError
 
 ENV_VAR = "RHNSEARCH_DATA_DIR"
+MIRROR_VAR = "RHNSEARCH_DATA_MIRROR"  # base URL laid out like the data dir, for offline clusters
 
 
 @dataclass(frozen=True)
@@ -62,24 +63,31 @@ def check(path: Path, source: Source, root: Path, dataset: str):
             f"`rhnsearch data fetch {dataset} --data-dir {root}`")
 
 
+def url_of(source: Source) -> str:
+    mirror = os.environ.get(MIRROR_VAR)
+    return f"{mirror.rstrip('/')}/{source.path}" if mirror else source.url
+
+
 def download(source: Source, root: Path, timeout: float = 30.0) -> Path:
     """Fetch one file to a temp file beside its target, check it, then rename into place."""
+    url = url_of(source)
     target = root / source.path
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
+    tmp = None
     try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(source.url,
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url,
                                                                 timeout=timeout) as resp:
             for block in iter(lambda: resp.read(1 << 20), b""):
                 out.write(block)
         if sha256_of(Path(tmp)) != source.sha256:
-            raise UserError(f"download of {source.url} has the wrong sha256: the source "
+            raise UserError(f"download of {url} has the wrong sha256: the source "
                             "changed or the transfer was corrupted; nothing was written")
         os.replace(tmp, target)
     except OSError as exc:  # URLError, timeouts, disk errors
-        raise UserError(f"could not download {source.url} to {target}: {exc}") from None
+        raise UserError(f"could not download {url} to {target}: {exc}") from None
     finally:
-        if os.path.exists(tmp):
+        if tmp and os.path.exists(tmp):
             os.unlink(tmp)
     return target
 

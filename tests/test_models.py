@@ -1,0 +1,137 @@
+"""Models: gradients, gate limits, HSG reduction, masking, state carry, dropout masks."""
+import pytest
+import torch
+
+from rhnsearch.budget import count_params
+from rhnsearch.models import LAYERS, build_model
+
+ARCHS = ["rhn", "hsg", "dtrnn", "dtsrnn", "lstm"]
+
+
+def depth_for(arch, depth):
+    return 1 if arch == "lstm" else depth
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_gradcheck_float64(arch):
+    torch.manual_seed(0)
+    model = build_model("jsb", arch, depth_for(arch, 3), 4, init_scale=0.5).double()
+    x = torch.rand(3, 2, 88, dtype=torch.float64, requires_grad=True)
+    layer = model.layer
+    if arch == "lstm":
+        state = tuple(torch.rand(1, 2, 4, dtype=torch.float64, requires_grad=True)
+                      for _ in range(2))
+        fn = lambda x, h, c: layer(x, (h, c))[0]  # noqa: E731
+        assert torch.autograd.gradcheck(fn, (x, *state))
+    else:
+        s0 = torch.rand(2, 4, dtype=torch.float64, requires_grad=True)
+        assert torch.autograd.gradcheck(lambda x, s: layer(x, s)[0], (x, s0))
+    # and through the parameters
+    params = [p for p in model.parameters()]
+    out = lambda *ps: torch.func.functional_call(  # noqa: E731
+        model, {n: p for (n, _), p in zip(model.named_parameters(), ps)}, (x.detach(),))[0]
+    assert torch.autograd.gradcheck(out, tuple(p.detach().requires_grad_() for p in params))
+
+
+def test_rhn_closed_transform_gates_carry_state():
+    model = build_model("jsb", "rhn", 3, 8, t_bias=-1e4, init_scale=0.5)
+    s0 = torch.randn(2, 8)
+    out, state = model.layer(torch.rand(5, 2, 88), s0)
+    assert torch.equal(state, s0)
+    assert torch.equal(out, s0.expand(5, 2, 8))
+
+
+def test_rhn_open_gates_change_state():
+    """The carry test above can fail: with open gates the state moves."""
+    model = build_model("jsb", "rhn", 3, 8, t_bias=4.0, init_scale=0.5)
+    s0 = torch.randn(2, 8)
+    _, state = model.layer(torch.rand(5, 2, 88), s0)
+    assert (state - s0).abs().max() > 0.1
+
+
+def test_hsg_with_closed_gate_equals_its_rhn():
+    torch.manual_seed(1)
+    hsg = build_model("jsb", "hsg", 3, 8, hsg_bias=-1e4, init_scale=0.5).layer
+    x, s0 = torch.rand(6, 2, 88), torch.randn(2, 8)
+    out_hsg, st_hsg = hsg(x, s0)
+    out_rhn, st_rhn = hsg.rhn(x, s0)
+    assert torch.equal(out_hsg, out_rhn) and torch.equal(st_hsg, st_rhn)
+    hsg.set_gate_bias(0.0)  # an open gate differs
+    assert not torch.allclose(hsg(x, s0)[0], out_rhn)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_padding_does_not_change_jsb_loss(arch, jsb):
+    torch.manual_seed(0)
+    model = build_model("jsb", arch, depth_for(arch, 2), 16).eval()
+    roll = jsb.train[0]
+    x, y = roll[:-1].unsqueeze(1), roll[1:].unsqueeze(1)
+    loss, n = model.loss_sum(model(x)[0], y, torch.ones(x.shape[:2]))
+    pad = 7
+    xp = torch.cat([x, torch.rand(pad, 1, 88)])
+    yp = torch.cat([y, torch.ones(pad, 1, 88)])
+    mask = torch.cat([torch.ones(x.shape[:2]), torch.zeros(pad, 1)])
+    loss_p, n_p = model.loss_sum(model(xp)[0], yp, mask)
+    assert n == n_p == len(roll) - 1
+    torch.testing.assert_close(loss_p, loss)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_state_carry_two_halves_equal_one_run(arch):
+    torch.manual_seed(0)
+    model = build_model("ptb", arch, depth_for(arch, 2), 12, vocab_size=50).eval()
+    ids = torch.randint(0, 50, (10, 3))
+    full, state = model(ids)
+    first, mid = model(ids[:4])
+    second, end = model(ids[4:], mid)
+    torch.testing.assert_close(torch.cat([first, second]), full)
+    for a, b in zip(state if isinstance(state, tuple) else (state,),
+                    end if isinstance(end, tuple) else (end,)):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("task", ["jsb", "ptb"])
+@pytest.mark.parametrize("tied", [False, True])
+def test_param_count_matches_built_model(arch, task, tied):
+    if tied and task == "jsb":
+        return
+    for depth in ([1] if arch == "lstm" else [1, 2, 5]):
+        model = build_model(task, arch, depth, 24, vocab_size=100, tied=tied)
+        assert sum(p.numel() for p in model.parameters()) == \
+            count_params(task, arch, depth, 24, tied, 100)
+
+
+def test_weight_tying_shares_the_embedding():
+    model = build_model("ptb", "rhn", 2, 16, vocab_size=30, tied=True)
+    assert model.head.weight is model.embedding.weight
+
+
+@pytest.mark.parametrize("arch", ["rhn", "hsg", "dtrnn", "dtsrnn"])
+def test_variational_masks_drawn_once_per_sequence(arch, monkeypatch):
+    """One drop_i and one drop_h mask per forward call, whatever T and depth are."""
+    import rhnsearch.models.dropout as dropout
+    module = {"rhn": "rhn", "hsg": "rhn", "dtrnn": "dtrnn", "dtsrnn": "dtrnn"}[arch]
+    target = __import__(f"rhnsearch.models.{module}", fromlist=["variational_mask"])
+    drawn = []
+
+    def recording(p, shape, like, training):
+        mask = dropout.variational_mask(p, shape, like, training)
+        drawn.append((tuple(shape), mask))
+        return mask
+
+    monkeypatch.setattr(target, "variational_mask", recording)
+    layer = build_model("jsb", arch, 3, 10, drop_i=0.3, drop_h=0.5).layer.train()
+    layer(torch.rand(7, 2, 88))
+    assert sorted(shape for shape, _ in drawn) == [(2, 10), (2, 88)]
+    for shape, mask in drawn:
+        keep = 0.5 if shape == (2, 10) else 0.7
+        torch.testing.assert_close(mask.unique(), torch.tensor([0.0, 1 / keep]))
+
+
+def test_dropout_off_in_eval_mode():
+    torch.manual_seed(0)
+    model = build_model("ptb", "rhn", 2, 8, vocab_size=20, drop_x=0.5, drop_i=0.5,
+                        drop_h=0.5, drop_o=0.5).eval()
+    ids = torch.randint(0, 20, (5, 2))
+    torch.testing.assert_close(model(ids)[0], model(ids)[0])
