@@ -56,7 +56,7 @@ def run_train(args):
     values = {f.name: getattr(args, f.name) for f in fields(TrialConfig)}
     if args.task and args.task != "jsb" and values["dataset"] == "jsb":
         values["dataset"] = args.task
-    config = TrialConfig(**values)
+    config = TrialConfig(**values).validate()
     trainer = Trainer(config, load_dataset(config.dataset, args.data_dir))
     ckpt = Path(args.checkpoint_dir) if args.checkpoint_dir else None
     if ckpt and (ckpt / "trainer.pt").exists():

@@ -13,7 +13,7 @@ import torch
 from .budget import count_params
 from .data import DATASETS, batches, batchify, windows
 from .errors import UserError
-from .models import build_model, detach_state
+from .models import LAYERS, build_model, detach_state
 
 CHECKPOINT_FILE = "trainer.pt"
 
@@ -59,6 +59,30 @@ class TrialConfig:
     def task(self) -> str:
         return DATASETS[self.dataset]
 
+    def validate(self) -> "TrialConfig":
+        """Raise a one-line UserError naming the first bad field."""
+        def bad(field, why):
+            raise UserError(f"{field}={getattr(self, field)!r}: {why}")
+        if self.dataset not in DATASETS:
+            bad("dataset", f"use one of {', '.join(DATASETS)}")
+        if self.arch not in LAYERS:
+            bad("arch", f"use one of {', '.join(LAYERS)}")
+        if self.optimizer not in ("sgd", "adam"):
+            bad("optimizer", "use sgd or adam")
+        for field in ("depth", "width", "epochs", "batch_size", "bptt"):
+            if not isinstance(getattr(self, field), int) or getattr(self, field) < 1:
+                bad(field, "must be a positive integer")
+        if self.arch == "lstm" and self.depth != 1:
+            bad("depth", "lstm has no recurrence depth: use 1")
+        for field in ("drop_x", "drop_i", "drop_h", "drop_o"):
+            if not 0.0 <= getattr(self, field) < 1.0:
+                bad(field, "dropout rates must be in [0, 1)")
+        if self.lr <= 0:
+            bad("lr", "must be positive")
+        if self.tied and self.task == "jsb":
+            bad("tied", "weight tying is for the word task: set it false for jsb")
+        return self
+
 
 def pick_device(name: str) -> torch.device:
     if name == "auto":
@@ -72,9 +96,7 @@ class Trainer:
     """One model, its optimizer and data; `fit(callback)` runs the remaining epochs."""
 
     def __init__(self, config: TrialConfig, data):
-        if config.dataset not in DATASETS:
-            raise UserError(f"unknown dataset {config.dataset!r}: use one of "
-                            f"{', '.join(DATASETS)}")
+        config.validate()
         if config.dataset != data.name:
             raise UserError(f"config asks for dataset {config.dataset!r} but got {data.name!r}")
         self.config, self.data = config, data
@@ -141,6 +163,8 @@ class Trainer:
             loss_sum, n = self.model.loss_sum(logits, y, mask)
             loss = loss_sum / n
             value = loss.item()
+            if math.isfinite(value):
+                self.last_finite_loss = value
             if not math.isfinite(value) or value > self.max_loss:
                 self.status = "diverged"
                 break
@@ -153,7 +177,6 @@ class Trainer:
                 break
             self.optimizer.step()
             total, count, norms, steps = total + loss_sum.item(), count + n, norms + norm, steps + 1
-            self.last_finite_loss = total / count
         return (total / count if count else math.nan), (norms / steps if steps else math.nan), \
             steps, count
 

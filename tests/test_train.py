@@ -1,0 +1,97 @@
+"""Trainer: real JSB and ptb-sample runs, seeds, divergence, resume, lr schedule, CLI."""
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from rhnsearch.train import Trainer, TrialConfig
+
+
+def small(**kw):
+    base = dict(dataset="jsb", arch="rhn", depth=2, width=24, epochs=2, lr=0.3, momentum=0.9,
+                batch_size=32, threads=1, seed=3)
+    return TrialConfig(**{**base, **kw})
+
+
+def losses(history):
+    return [(m["train_loss"], m["valid_loss"]) for m in history]
+
+
+def test_jsb_loss_falls_and_metrics_reach_the_callback(jsb):
+    seen = []
+    result = Trainer(small(epochs=3), jsb).fit(seen.append)
+    assert [m["epoch"] for m in seen] == [1, 2, 3]
+    for key in ["train_loss", "valid_loss", "epoch_seconds", "steps_per_sec", "grad_norm",
+                "lr"]:
+        assert all(math.isfinite(m[key]) for m in seen), key
+    assert seen[-1]["valid_loss"] < seen[0]["valid_loss"] < 88 * math.log(2)
+    assert result["status"] == "completed" and math.isfinite(result["test_loss"])
+    assert result["best_valid_loss"] == min(m["valid_loss"] for m in seen)
+
+
+def test_same_seed_same_losses_other_seed_differs(jsb):
+    a = Trainer(small(drop_i=0.2, drop_h=0.2), jsb)
+    a.fit()
+    b = Trainer(small(drop_i=0.2, drop_h=0.2), jsb)
+    b.fit()
+    c = Trainer(small(drop_i=0.2, drop_h=0.2, seed=4), jsb)
+    c.fit()
+    assert losses(a.history) == losses(b.history)
+    assert losses(a.history) != losses(c.history)
+
+
+def test_resume_from_checkpoint_equals_uninterrupted_run(jsb, tmp_path):
+    cfg = small(epochs=3, drop_i=0.3, drop_h=0.2, drop_o=0.2)
+    full = Trainer(cfg, jsb)
+    full_result = full.fit()
+    first = Trainer(cfg, jsb)
+    first.run_epoch()
+    first.save(tmp_path)
+    resumed = Trainer(cfg, jsb).load(tmp_path)
+    assert resumed.epoch == 1
+    result = resumed.fit()
+    assert losses(resumed.history) == losses(full.history)
+    assert result["test_loss"] == full_result["test_loss"]
+
+
+def test_divergence_is_a_result_not_an_exception(jsb):
+    seen = []
+    trainer = Trainer(small(arch="dtrnn", depth=6, lr=500.0, momentum=0.99, clip=0,
+                            init_scale=1.0, epochs=5), jsb)
+    result = trainer.fit(seen.append)
+    assert result["status"] == "diverged"
+    assert seen[-1]["status"] == "diverged" and len(seen) < 5
+    assert math.isfinite(result["train_loss"])
+
+
+def test_ptb_sample_reports_perplexity_and_lr_decay(ptb_sample):
+    cfg = TrialConfig(dataset="ptb-sample", arch="rhn", depth=2, width=32, epochs=3, lr=1.0,
+                      lr_decay=2.0, lr_decay_start=1, batch_size=20, bptt=20, threads=1,
+                      t_bias=-2.0)
+    seen = []
+    result = Trainer(cfg, ptb_sample).fit(seen.append)
+    assert [m["lr"] for m in seen] == [1.0, 0.5, 0.25]
+    assert seen[0]["valid_ppl"] == pytest.approx(math.exp(seen[0]["valid_loss"]))
+    assert seen[-1]["valid_ppl"] < len(ptb_sample.vocab)
+    assert "tokens_per_sec" in seen[0] and result["dataset"] == "ptb-sample"
+    assert result["test_ppl"] == pytest.approx(math.exp(result["test_loss"]))
+
+
+def test_train_cli_prints_progress_and_json(data_dir):
+    proc = subprocess.run(
+        [sys.executable, "-m", "rhnsearch.cli", "train", "--task", "jsb", "--arch", "rhn",
+         "--depth", "4", "--width", "64", "--epochs", "2", "--data-dir", str(data_dir),
+         "--json"], capture_output=True, text=True, check=True, timeout=300)
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert {"status", "train_loss", "valid_loss", "test_loss", "params"} <= set(result)
+    assert result["status"] == "completed" and result["params"] == 50264
+    assert proc.stderr.count("epoch ") == 2
+
+
+def test_cli_bad_input_is_one_line_exit_2(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "rhnsearch.cli", "train", "--arch", "gru",
+                           "--data-dir", str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "arch='gru'" in proc.stderr
