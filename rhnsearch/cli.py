@@ -130,7 +130,40 @@ def run_fetch(args):
         print(path)
 
 
-COMMANDS = [add_train, add_budget, add_data]
+def add_ui(sub):
+    p = sub.add_parser("ui", help="serve the MLflow UI on the results store",
+                       description="Serve the MLflow UI on the default store (or "
+                       "--tracking-uri), bound to 127.0.0.1 unless --host is given.")
+    p.add_argument("--port", type=int, default=5000)
+    p.add_argument("--host", default="127.0.0.1",
+                   help="bind address; expose beyond loopback only behind a firewall/tunnel")
+    p.add_argument("--tracking-uri", help="store to serve (default: sqlite:///results/"
+                   "mlflow.db)")
+    p.set_defaults(run=run_ui)
+
+
+def run_ui(args):
+    import socket
+    import subprocess
+    from .search.tracking import resolve_tracking_uri
+
+    uri = resolve_tracking_uri(args.tracking_uri)
+    with socket.socket() as probe:
+        if probe.connect_ex((args.host, args.port)) == 0:
+            raise UserError(f"port {args.port} on {args.host} is already in use: pass "
+                            "--port with a free one")
+    print(f"MLflow UI on http://{args.host}:{args.port} for {uri}", file=sys.stderr, flush=True)
+    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host",
+           args.host, "--port", str(args.port), "--workers", "1"]
+    return subprocess.call(cmd)
+
+
+def _add_sweep(sub):
+    from .search.cli import add_sweep
+    add_sweep(sub)
+
+
+COMMANDS = [add_train, add_budget, add_data, _add_sweep, add_ui]
 
 
 def build_parser() -> argparse.ArgumentParser:

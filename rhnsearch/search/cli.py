@@ -1,0 +1,120 @@
+"""`rhnsearch sweep ...` commands."""
+import sys
+
+SPACE_HELP = "search space YAML, e.g. spaces/jsb_optimization.yaml"
+
+
+def add_run_options(p):
+    p.add_argument("space", help=SPACE_HELP)
+    p.add_argument("--preset", help="a preset of the space: paper or smoke")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a space field, e.g. --set samples=4 --set fixed.epochs=20")
+    p.add_argument("--search", choices=["random", "optuna"], help="default: the space's")
+    p.add_argument("--scheduler", choices=["asha", "fifo"],
+                   help="asha stops bad trials early; fifo runs every trial to the end")
+    p.add_argument("--data-dir", help="data dir (default: $RHNSEARCH_DATA_DIR or user cache)")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///results/"
+                   "mlflow.db)")
+    p.add_argument("--experiment", help="MLflow experiment (default: the space's file name)")
+    p.add_argument("--name", help="sweep name (default: STUDY-PRESET-TIMESTAMP)")
+
+
+def add_sweep(sub):
+    p = sub.add_parser("sweep", help="run, resume and submit sweeps",
+                       description="Run a search space on Ray Tune, recorded in MLflow.")
+    ssub = p.add_subparsers(dest="sweep_command", required=True)
+
+    run = ssub.add_parser("run", help="run a sweep on a local Ray or a cluster",
+                          description="Run a sweep: a local Ray by default, or join the "
+                          "cluster at --address.")
+    add_run_options(run)
+    run.add_argument("--address", help="Ray cluster address to join (HOST:PORT or auto)")
+    run.add_argument("--json", action="store_true", help="print the summary as JSON")
+    run.set_defaults(run=cmd_run)
+
+    resume = ssub.add_parser("resume", help="resume an interrupted sweep by name",
+                             description="Resume an interrupted sweep: finished trials are "
+                             "not rerun.")
+    resume.add_argument("name", help="the sweep's name (see results/sweeps/)")
+    resume.add_argument("--address", help="Ray cluster address to join")
+    resume.add_argument("--json", action="store_true", help="print the summary as JSON")
+    resume.set_defaults(run=cmd_resume)
+
+    check = ssub.add_parser("check", help="validate a space and list its cells",
+                            description="Validate a search space (with preset and "
+                            "overrides) and print its cells; nothing runs.")
+    check.add_argument("space", help=SPACE_HELP)
+    check.add_argument("--preset", help="a preset of the space")
+    check.add_argument("--set", dest="overrides", action="append", default=[],
+                       metavar="KEY=VALUE", help="override a space field")
+    check.set_defaults(run=cmd_check)
+
+    submit = ssub.add_parser("submit", help="submit a sweep as a Ray Job",
+                             description="Submit the sweep to a Ray cluster through the "
+                             "Jobs API (entrypoint and runtime_env from jobs/).")
+    add_run_options(submit)
+    submit.add_argument("--address", required=True,
+                        help="the cluster's dashboard, e.g. http://127.0.0.1:8265")
+    submit.add_argument("--follow", action="store_true", help="follow the logs to the end")
+    submit.set_defaults(run=cmd_submit)
+
+    for verb, text in [("logs", "print a submitted sweep's logs"),
+                       ("status", "print a submitted sweep's status")]:
+        q = ssub.add_parser(verb, help=text, description=text[0].upper() + text[1:] + ".")
+        q.add_argument("job", help="job id printed by `sweep submit`")
+        q.add_argument("--address", required=True, help="e.g. http://127.0.0.1:8265")
+        if verb == "logs":
+            q.add_argument("--follow", action="store_true", help="follow until the job ends")
+        q.set_defaults(run=cmd_logs if verb == "logs" else cmd_status)
+
+
+def report(summary, as_json):
+    from ..cli import print_json
+    from .sweep import print_summary
+    print_summary(summary)
+    if as_json:
+        print_json(summary)
+    return 0 if summary["complete"] else 1
+
+
+def cmd_run(args):
+    from .sweep import run_sweep
+    summary = run_sweep(args.space, args.preset, args.overrides, args.address, args.search,
+                        args.scheduler, args.data_dir, args.tracking_uri, args.experiment,
+                        args.name)
+    return report(summary, args.json)
+
+
+def cmd_resume(args):
+    from .sweep import resume_sweep
+    return report(resume_sweep(args.name, args.address), args.json)
+
+
+def cmd_check(args):
+    from .space import load_space
+    space = load_space(args.space, args.preset, args.overrides)
+    print(f"{space.study}: {space.num_trials} trials, dataset {space.dataset}, search "
+          f"{space.search}, scheduler {space.scheduler.name}, {space.epochs} epochs max")
+    for cell in space.cells():
+        print(f"  {cell['arch']:>7} depth {cell['depth']:>2} tied {str(cell['tied']):5} "
+              f"width {cell['width']:>5} params {cell['params']:>11,}")
+
+
+def cmd_submit(args):
+    from .jobs import follow_logs, submit
+    job_id = submit(args)
+    print(job_id)
+    if args.follow:
+        return follow_logs(args.address, job_id, sys.stdout)
+
+
+def cmd_logs(args):
+    from .jobs import follow_logs, job_client
+    if args.follow:
+        return follow_logs(args.address, args.job, sys.stdout)
+    print(job_client(args.address).get_job_logs(args.job), end="")
+
+
+def cmd_status(args):
+    from .jobs import job_status
+    print(job_status(args.address, args.job))

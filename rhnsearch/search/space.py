@@ -1,0 +1,271 @@
+"""Search spaces: one YAML file per study, validated (pydantic) before anything starts.
+
+A space names the dataset, the (arch, depth[, tied]) cells, how wide each cell's model is (a
+parameter budget solved per arch, or a fixed width), the fixed trial settings, the sampled
+hyperparameters, the scheduler and the resources. Presets (`paper`, `smoke`) are deep-merged
+over the base; `--set key.sub=value` overrides any field last.
+"""
+import copy
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, \
+    model_validator
+
+from ..budget import count_params, parse_count, solve_width
+from ..data import DATASETS
+from ..errors import UserError
+from ..models import LAYERS
+from ..train import TrialConfig
+
+TRIAL_FIELDS = set(TrialConfig.__dataclass_fields__)
+CELL_FIELDS = {"arch", "depth", "width", "tied", "dataset"}
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=False)
+
+
+class Distribution(Strict):
+    """Exactly one of: uniform, loguniform, randint ([low, high]) or choice (list)."""
+    uniform: tuple[float, float] | None = None
+    loguniform: tuple[float, float] | None = None
+    randint: tuple[int, int] | None = None
+    choice: list | None = None
+
+    @model_validator(mode="after")
+    def one_kind(self):
+        given = [k for k in ("uniform", "loguniform", "randint", "choice")
+                 if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of uniform, loguniform, randint, choice")
+        kind = given[0]
+        value = getattr(self, kind)
+        if kind == "choice":
+            if not value:
+                raise ValueError("choice needs at least one value")
+        elif not value[0] < value[1]:
+            raise ValueError(f"{kind} range [{value[0]}, {value[1]}] is empty: low must be "
+                             "below high")
+        elif kind == "loguniform" and value[0] <= 0:
+            raise ValueError(f"loguniform bounds must be positive, got {value[0]}")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return next(k for k in ("uniform", "loguniform", "randint", "choice")
+                    if getattr(self, k) is not None)
+
+
+class Scheduler(Strict):
+    name: Literal["asha", "fifo"] = "asha"
+    grace_period: int = Field(2, ge=1)
+    reduction_factor: float = Field(3.0, gt=1)
+
+
+class Resources(Strict):
+    cpu: float = Field(1.0, gt=0)
+    gpu: float = Field(0.0, ge=0)
+
+
+class Space(Strict):
+    """A validated search space (after preset and overrides)."""
+    study: str
+    description: str = ""
+    dataset: str
+    archs: list[str] = Field(min_length=1)
+    depths: list[int] = Field(min_length=1)
+    tied: list[bool] = [False]
+    budget: int | dict[int, int] | None = None  # parameters, per depth or for all depths
+    width: int | None = Field(None, ge=1)
+    samples: int = Field(1, ge=1)                # trials per cell
+    search: Literal["random", "optuna"] = "random"
+    seed: int = 0                                 # seeds the searcher: same space, same trials
+    fixed: dict = {}
+    params: dict[str, Distribution] = {}
+    scheduler: Scheduler = Scheduler()
+    resources: Resources = Resources()
+    max_concurrent: int = Field(0, ge=0)         # 0: as many as resources allow
+    keep_model: Literal["best", "none"] = "best"
+
+    @field_validator("dataset")
+    @classmethod
+    def known_dataset(cls, v):
+        if v not in DATASETS:
+            raise ValueError(f"unknown dataset {v!r}: use one of {', '.join(DATASETS)}")
+        return v
+
+    @field_validator("archs")
+    @classmethod
+    def known_archs(cls, v):
+        for arch in v:
+            if arch not in LAYERS:
+                raise ValueError(f"unknown arch {arch!r}: use one of {', '.join(LAYERS)}")
+        return v
+
+    @field_validator("depths")
+    @classmethod
+    def positive_depths(cls, v):
+        if any(d < 1 for d in v):
+            raise ValueError(f"depths must be positive integers, got {v}")
+        return v
+
+    @field_validator("budget", mode="before")
+    @classmethod
+    def parse_budget(cls, v):
+        if isinstance(v, dict):
+            return {int(k): parse_count(x) for k, x in v.items()}
+        return None if v is None else parse_count(v)
+
+    @field_validator("fixed")
+    @classmethod
+    def known_fixed(cls, v):
+        unknown = set(v) - (TRIAL_FIELDS - CELL_FIELDS)
+        if unknown:
+            raise ValueError(f"unknown trial setting {sorted(unknown)[0]!r}: use one of "
+                             f"{', '.join(sorted(TRIAL_FIELDS - CELL_FIELDS))}")
+        return v
+
+    @field_validator("params")
+    @classmethod
+    def known_params(cls, v):
+        unknown = set(v) - (TRIAL_FIELDS - CELL_FIELDS)
+        if unknown:
+            raise ValueError(f"unknown hyperparameter {sorted(unknown)[0]!r}: use one of "
+                             f"{', '.join(sorted(TRIAL_FIELDS - CELL_FIELDS))}")
+        return v
+
+    @model_validator(mode="after")
+    def sizes(self):
+        if (self.budget is None) == (self.width is None):
+            raise ValueError("give either budget (parameters per depth) or width, not both")
+        if isinstance(self.budget, dict):
+            missing = [d for d in self.depths if d not in self.budget]
+            if missing:
+                raise ValueError(f"budget has no entry for depth {missing[0]}: add one")
+        if "epochs" not in self.fixed:
+            raise ValueError("fixed.epochs is required (the most epochs a trial may run)")
+        if self.scheduler.name == "asha" and self.scheduler.grace_period >= self.epochs:
+            raise ValueError(f"scheduler.grace_period ({self.scheduler.grace_period}) must be "
+                             f"below fixed.epochs ({self.epochs}) for ASHA to stop anything")
+        return self
+
+    @property
+    def epochs(self) -> int:
+        return int(self.fixed["epochs"])
+
+    @property
+    def task(self) -> str:
+        return DATASETS[self.dataset]
+
+    def cells(self, vocab_size: int = 10000) -> list[dict]:
+        """One dict per (arch, depth, tied): arch, depth, tied, width, params."""
+        cells = []
+        for arch in self.archs:
+            for depth in self.depths:
+                if arch == "lstm" and depth != 1:
+                    raise UserError(f"{self.study}: lstm has no recurrence depth; list it in "
+                                    "a space whose depths are [1]")
+                for tied in self.tied:
+                    if tied and self.task == "jsb":
+                        raise UserError(f"{self.study}: tied: [true] is for word tasks, "
+                                        "not jsb")
+                    if self.width is not None:
+                        width = self.width
+                    else:
+                        budget = (self.budget[depth] if isinstance(self.budget, dict)
+                                  else self.budget)
+                        width = solve_width(budget, self.task, arch, depth, tied, vocab_size)
+                    cells.append({"arch": arch, "depth": depth, "tied": tied, "width": width,
+                                  "params": count_params(self.task, arch, depth, width, tied,
+                                                         vocab_size)})
+        return cells
+
+    @property
+    def num_trials(self) -> int:
+        return len(self.archs) * len(self.depths) * len(self.tied) * self.samples
+
+
+def deep_merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k),
+                                                                           dict) else v
+    return out
+
+
+def parse_override(text: str) -> tuple[list[str], object]:
+    """'fixed.epochs=5' -> (['fixed', 'epochs'], 5), the value read as YAML."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise UserError(f"cannot read override {text!r}: write key=value, e.g. "
+                        "--set samples=4 or --set fixed.epochs=20")
+    return key.strip().split("."), yaml.safe_load(value)
+
+
+def read_yaml(path: Path) -> dict:
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except FileNotFoundError:
+        raise UserError(f"search space {path} not found: give a path like "
+                        "spaces/jsb_optimization.yaml") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise UserError(f"{path}{where}: not valid YAML ({getattr(exc, 'problem', exc)})") \
+            from None
+    if not isinstance(raw, dict):
+        raise UserError(f"{path}: a search space is a YAML mapping of fields")
+    return raw
+
+
+def resolve(raw: dict, preset: str | None, overrides=(), source: str = "space") -> dict:
+    """Apply the preset, then the overrides, to the raw YAML mapping."""
+    presets = raw.get("presets") or {}
+    doc = {k: v for k, v in raw.items() if k != "presets"}
+    if preset:
+        if preset not in presets:
+            raise UserError(f"{source}: no preset {preset!r}; this space has "
+                            f"{', '.join(presets) or 'none'}")
+        doc = deep_merge(doc, presets[preset])
+    for text in overrides:
+        path, value = parse_override(text)
+        target = doc
+        for key in path[:-1]:
+            target = target.setdefault(key, {})
+            if not isinstance(target, dict):
+                raise UserError(f"override {text!r}: {key} is not a mapping")
+        target[path[-1]] = value
+    return doc
+
+
+def load_space(path, preset: str | None = None, overrides=(), study: str | None = None) \
+        -> Space:
+    """Read, merge and validate a space file; raise a one-line UserError naming the field."""
+    path = Path(path)
+    doc = resolve(read_yaml(path), preset, overrides, str(path))
+    doc.setdefault("study", study or path.stem)
+    if study:
+        doc["study"] = study
+    try:
+        space = Space.model_validate(doc)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "space"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key (check its spelling, or see spaces/README.md for the fields)"
+        raise UserError(f"{path}: {field}: {msg}") from None
+    try:
+        TrialConfig.from_dict({**space.fixed, "dataset": space.dataset,
+                               "arch": space.archs[0], "depth": space.depths[0],
+                               "width": 1}).validate()
+    except UserError as exc:
+        raise UserError(f"{path}: fixed.{exc}") from None
+    try:
+        space.cells()  # budgets too small for a depth fail here, before Ray starts
+    except UserError as exc:
+        raise UserError(f"{path}: budget: {exc}") from None
+    return space
+

@@ -1,0 +1,211 @@
+"""MLflow records for a sweep: one parent run per sweep, one nested child run per trial.
+
+Everything is logged from the sweep driver by a Ray Tune callback, batched per epoch (no
+per-step calls): params when a trial starts, that epoch's metrics (step = epoch) when it
+reports, its final status as a tag when it ends. Records that cannot reach the tracking
+server are kept and retried; a trial restored from a checkpoint keeps its one run.
+"""
+import json
+import logging
+import os
+import time
+from pathlib import Path
+
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+from ray.tune import Callback
+
+from ..errors import UserError
+from .trainable import trial_config
+
+log = logging.getLogger("rhnsearch")
+DEFAULT_STORE = "results/mlflow.db"
+SKIP_RESULT_KEYS = {"status", "epoch", "done", "training_iteration", "trial_id", "date",
+                    "timestamp", "pid", "hostname", "node_ip", "config", "time_since_restore",
+                    "iterations_since_restore", "checkpoint_dir_name", "should_checkpoint",
+                    "params"}
+
+
+def resolve_tracking_uri(uri: str | None) -> str:
+    """The default sqlite store under results/, or the user's URI; relative sqlite paths are
+    made absolute so that every process of the sweep writes to the same file."""
+    if not uri:
+        uri = f"sqlite:///{DEFAULT_STORE}"
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        path = Path(uri.removeprefix("sqlite:///")).resolve()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        uri = f"sqlite:///{path}"
+    if uri.startswith(("http://", "https://")):
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+    return uri
+
+
+def artifact_root(uri: str, experiment: str) -> str | None:
+    """Artifacts of a sqlite store live beside it (results/artifacts/EXPERIMENT)."""
+    if uri.startswith("sqlite:///"):
+        return (Path(uri.removeprefix("sqlite:///")).parent / "artifacts" / experiment).as_uri()
+    return None
+
+
+def check_store(uri: str):
+    """Fail early, in one line, if the tracking store cannot be reached or written."""
+    try:
+        MlflowClient(uri).search_experiments(max_results=1)
+    except Exception as exc:  # the store's own error types vary by backend
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"MLflow tracking store {uri} is not reachable ({first[:200]}): "
+                        "start the server or pass a working --tracking-uri") from None
+
+
+def get_experiment(client: MlflowClient, uri: str, name: str) -> str:
+    experiment = client.get_experiment_by_name(name)
+    if experiment is not None:
+        return experiment.experiment_id
+    return client.create_experiment(name, artifact_location=artifact_root(uri, name))
+
+
+def flat_params(config: dict) -> dict:
+    """A trial's Tune config as plain MLflow params (the cell flattened in)."""
+    params = {k: v for k, v in config.items() if k not in ("cell", "data_dir")}
+    params.update(config.get("cell", {}))
+    if "params" in params:
+        params["n_params"] = params.pop("params")
+    return params
+
+
+class MLflowTracker(Callback):
+    """Ray Tune callback writing the sweep's nested MLflow runs (picklable: no live client)."""
+
+    def __init__(self, tracking_uri: str, experiment_id: str, parent_run_id: str,
+                 sweep_name: str, artifact_dir: str):
+        self.tracking_uri, self.experiment_id = tracking_uri, experiment_id
+        self.parent_run_id, self.sweep_name = parent_run_id, sweep_name
+        self.artifact_dir = artifact_dir
+        self._reset()
+
+    def _reset(self):
+        self._client = None
+        self.runs: dict[str, str] = {}         # trial id -> run id
+        self.logged_epoch: dict[str, int] = {}  # trial id -> last epoch in MLflow
+        self.pending: list[tuple] = []          # (run id, metrics, params, tags) not yet sent
+        self.warned = False
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_client"] = None
+        return state
+
+    @property
+    def client(self) -> MlflowClient:
+        if self._client is None:
+            self._client = MlflowClient(self.tracking_uri)
+        return self._client
+
+    # -- sending, with retry -------------------------------------------------------------
+    def _send(self, run_id, metrics=(), params=(), tags=()):
+        self.pending.append((run_id, list(metrics), list(params), list(tags)))
+        self.flush()
+
+    def flush(self) -> bool:
+        """Send what is pending, oldest first; keep the rest if the store is unreachable."""
+        while self.pending:
+            run_id, metrics, params, tags = self.pending[0]
+            try:
+                for i in range(0, max(len(metrics), 1), 900):  # MLflow's batch limit
+                    self.client.log_batch(run_id, metrics=metrics[i:i + 900],
+                                          params=params if i == 0 else [],
+                                          tags=tags if i == 0 else [])
+            except Exception as exc:  # network or server errors: keep and retry later
+                if not self.warned:
+                    log.warning("MLflow at %s is not answering (%s); keeping %d record(s) "
+                                "to retry", self.tracking_uri, str(exc).splitlines()[0][:160],
+                                len(self.pending))
+                    self.warned = True
+                return False
+            self.pending.pop(0)
+        if self.warned:
+            log.warning("MLflow at %s is back: all buffered records sent", self.tracking_uri)
+            self.warned = False
+        return True
+
+    # -- run bookkeeping -----------------------------------------------------------------
+    def setup(self, **info):
+        """Find the child runs of this sweep already in MLflow (a resumed sweep reuses them)."""
+        self._reset()
+        for run in self.client.search_runs(
+                [self.experiment_id], f"tags.mlflow.parentRunId = '{self.parent_run_id}'",
+                max_results=50000):
+            trial_id = run.data.tags.get("trial_id")
+            if trial_id:
+                self.runs[trial_id] = run.info.run_id
+                self.logged_epoch[trial_id] = int(run.data.metrics.get("epoch", 0))
+
+    def run_for(self, trial) -> str:
+        if trial.trial_id in self.runs:
+            return self.runs[trial.trial_id]
+        config = trial.config
+        cell = config.get("cell", {})
+        run = self.client.create_run(
+            self.experiment_id, run_name=f"{cell.get('arch')}-d{cell.get('depth')}-"
+            f"{trial.trial_id}", tags={"mlflow.parentRunId": self.parent_run_id,
+                                       "trial_id": trial.trial_id, "sweep": self.sweep_name,
+                                       "status": "running"})
+        self.runs[trial.trial_id] = run.info.run_id
+        self.logged_epoch[trial.trial_id] = 0
+        cfg = trial_config(config)
+        params = {**{k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
+                  **flat_params(config)}
+        self._send(run.info.run_id, params=[Param(k, str(v)[:6000]) for k, v in
+                                            sorted(params.items())])
+        return run.info.run_id
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.run_for(trial)
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        run_id = self.run_for(trial)
+        epoch = int(result.get("epoch", result.get("training_iteration", 0)))
+        if epoch <= self.logged_epoch.get(trial.trial_id, 0):
+            return  # already logged before a restore: no duplicate steps
+        now = int(time.time() * 1000)
+        metrics = [Metric(k, float(v), now, epoch) for k, v in result.items()
+                   if k not in SKIP_RESULT_KEYS and isinstance(v, (int, float))
+                   and not isinstance(v, bool)]
+        metrics.append(Metric("epoch", float(epoch), now, epoch))
+        self.logged_epoch[trial.trial_id] = epoch
+        self._send(run_id, metrics=metrics)
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        result = trial.last_result or {}
+        status = result.get("status", "running")
+        tags = [RunTag("status", status if status != "running" else "stopped")]
+        if status == "running":
+            tags.append(RunTag("stopped_at_epoch", str(result.get("epoch", 0))))
+        self._finish(trial, tags, "FINISHED")
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        error = str(getattr(trial, "error_msg", "") or "worker error").splitlines()
+        self._finish(trial, [RunTag("status", "failed"),
+                             RunTag("error", (error[-1] if error else "")[:500])], "FAILED")
+
+    def _finish(self, trial, tags, run_status):
+        run_id = self.run_for(trial)
+        self._send(run_id, tags=tags)
+        if self.flush():
+            self.client.set_terminated(run_id, run_status)
+
+    def on_experiment_end(self, trials, **info):
+        if not self.flush():
+            log.warning("MLflow at %s stayed unreachable: %d record(s) could not be sent; "
+                        "they are saved in %s", self.tracking_uri, len(self.pending),
+                        self.save_pending())
+
+    def save_pending(self) -> Path:
+        path = Path(self.artifact_dir) / "mlflow_pending.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        rows = [{"run_id": r, "metrics": [[m.key, m.value, m.timestamp, m.step] for m in ms],
+                 "params": [[p.key, p.value] for p in ps], "tags": [[t.key, t.value] for t in ts]}
+                for r, ms, ps, ts in self.pending]
+        path.write_text(json.dumps(rows))
+        return path
