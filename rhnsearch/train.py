@@ -1,5 +1,7 @@
 """Train one configuration epoch by epoch: metrics to a callback, divergence as a result,
 checkpoint and resume, test loss at the best-valid weights."""
+from __future__ import annotations
+
 import copy
 import math
 import os
@@ -63,6 +65,11 @@ class TrialConfig:
         """Raise a one-line UserError naming the first bad field."""
         def bad(field, why):
             raise UserError(f"{field}={getattr(self, field)!r}: {why}")
+        for f in fields(self):
+            value, kind = getattr(self, f.name), {"int": int, "float": (int, float),
+                                                  "bool": bool, "str": str}[f.type]
+            if not isinstance(value, kind) or (f.type != "bool" and isinstance(value, bool)):
+                bad(f.name, f"must be a {f.type}")
         if self.dataset not in DATASETS:
             bad("dataset", f"use one of {', '.join(DATASETS)}")
         if self.arch not in LAYERS:
