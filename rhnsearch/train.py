@@ -46,6 +46,7 @@ class TrialConfig:
     drop_i: float = 0.0
     drop_h: float = 0.0
     drop_o: float = 0.0
+    train_fraction: float = 1.0   # train on this leading fraction of the training split
     max_loss: float = 0.0         # divergence cap; 0 = 3x the loss of a uniform guess
     seed: int = 0
     threads: int = 0              # torch threads; 0 leaves torch's default
@@ -86,6 +87,8 @@ class TrialConfig:
                 bad(field, "dropout rates must be in [0, 1)")
         if self.lr <= 0:
             bad("lr", "must be positive")
+        if not 0.0 < self.train_fraction <= 1.0:
+            bad("train_fraction", "must be in (0, 1]")
         if self.tied and self.task == "jsb":
             bad("tied", "weight tying is for the word task: set it false for jsb")
         return self
@@ -147,12 +150,15 @@ class Trainer:
     def _batches(self, split: str, shuffle: bool):
         """(inputs, targets, mask) on the device; words carry state across windows."""
         c = self.config
+        data = self.data.split(split)
+        if split == "train" and c.train_fraction < 1.0:
+            data = data[: max(1, int(len(data) * c.train_fraction))]
         if c.task == "jsb":
-            for x, y, m in batches(self.data.split(split), c.batch_size,
+            for x, y, m in batches(data, c.batch_size,
                                    self.shuffle if shuffle else None):
                 yield x.to(self.device), y.to(self.device), m.to(self.device)
         else:
-            streams = batchify(self.data.split(split), c.batch_size).to(self.device)
+            streams = batchify(data, c.batch_size).to(self.device)
             for x, y in windows(streams, c.bptt):
                 yield x, y, None
 

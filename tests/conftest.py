@@ -25,3 +25,63 @@ def jsb(data_dir):
 def ptb_sample(data_dir):
     from rhnsearch.data import load_dataset
     return load_dataset("ptb-sample", data_dir, allow_fetch=False)
+
+
+def rhnsearch_cli(*args, cwd, timeout=900, check=True, env=None):
+    """Run the real `rhnsearch` command line in a subprocess."""
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-m", "rhnsearch.cli", *map(str, args)], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+    if check and proc.returncode != 0:
+        raise AssertionError(f"rhnsearch {' '.join(map(str, args))} exited "
+                             f"{proc.returncode}:\n{proc.stderr[-4000:]}")
+    return proc
+
+
+class SmokeSweep:
+    """A finished smoke sweep: its working dir, MLflow store URI and JSON summary."""
+
+    def __init__(self, cwd: Path, space: str, name: str, data_dir: Path, *extra):
+        import json
+        self.cwd, self.name = cwd, name
+        self.tracking_uri = f"sqlite:///{cwd / 'results' / 'mlflow.db'}"
+        proc = rhnsearch_cli("sweep", "run", ROOT / "spaces" / f"{space}.yaml", "--preset",
+                             "smoke", "--data-dir", data_dir, "--name", name, "--json",
+                             *extra, cwd=cwd)
+        self.stderr = proc.stderr
+        self.summary = json.loads(proc.stdout.strip().splitlines()[-1])
+        self.experiment = space
+
+    def client(self):
+        from mlflow.tracking import MlflowClient
+        return MlflowClient(self.tracking_uri)
+
+    def child_runs(self):
+        client = self.client()
+        exp = client.get_experiment_by_name(self.experiment)
+        return client.search_runs([exp.experiment_id], "tags.mlflow.parentRunId != ''",
+                                  max_results=10000)
+
+
+@pytest.fixture(scope="session")
+def sweeps_dir(tmp_path_factory) -> Path:
+    """One working dir (with its results/ store) shared by the smoke sweeps of the session."""
+    return tmp_path_factory.mktemp("sweeps")
+
+
+@pytest.fixture(scope="session")
+def jsb_smoke(sweeps_dir, data_dir) -> SmokeSweep:
+    """The JSB optimization study's smoke preset, run once per session on a local Ray."""
+    return SmokeSweep(sweeps_dir, "jsb_optimization", "smoke-jsb", data_dir)
+
+
+@pytest.fixture(scope="session")
+def ptb_budget_smoke(sweeps_dir, data_dir) -> SmokeSweep:
+    return SmokeSweep(sweeps_dir, "ptb_budget", "smoke-ptb-budget", data_dir)
+
+
+@pytest.fixture(scope="session")
+def ptb_hsg_smoke(sweeps_dir, data_dir) -> SmokeSweep:
+    return SmokeSweep(sweeps_dir, "ptb_hsg", "smoke-ptb-hsg", data_dir)

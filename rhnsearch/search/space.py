@@ -78,6 +78,7 @@ class Space(Strict):
     depths: list[int] = Field(min_length=1)
     tied: list[bool] = [False]
     budget: int | dict[int, int] | None = None  # parameters, per depth or for all depths
+    budget_untied: bool = False                  # tied cells keep the untied cell's width
     width: int | None = Field(None, ge=1)
     samples: int = Field(1, ge=1)                # trials per cell
     search: Literal["random", "optuna"] = "random"
@@ -176,7 +177,8 @@ class Space(Strict):
                     else:
                         budget = (self.budget[depth] if isinstance(self.budget, dict)
                                   else self.budget)
-                        width = solve_width(budget, self.task, arch, depth, tied, vocab_size)
+                        width = solve_width(budget, self.task, arch, depth,
+                                            tied and not self.budget_untied, vocab_size)
                     cells.append({"arch": arch, "depth": depth, "tied": tied, "width": width,
                                   "params": count_params(self.task, arch, depth, width, tied,
                                                          vocab_size)})

@@ -137,6 +137,7 @@ def run_sweep(space_path, preset=None, overrides=(), address=None, search=None,
     if directory.exists():
         raise UserError(f"sweep {name} already exists in {directory}: resume it with "
                         f"`rhnsearch sweep resume {name}` or pick another --name")
+    start_ray(address)  # an unreachable cluster fails here, before anything is recorded
     client = MlflowClient(uri)
     experiment_id = get_experiment(client, uri, experiment or space.study)
     parent = client.create_run(experiment_id, run_name=name, tags={
@@ -159,7 +160,6 @@ def run_sweep(space_path, preset=None, overrides=(), address=None, search=None,
                  "dataset": space.dataset, "data_dir": str(root), "preset": preset or "base",
                  "study": space.study}
     param_space, search_alg, num_samples = build_search(space, cells, constants, search)
-    start_ray(address)
     tracker = MLflowTracker(uri, experiment_id, parent.info.run_id, name, str(directory))
     tuner = tune.Tuner(
         tune.with_resources(run_trial, {"cpu": space.resources.cpu,
