@@ -182,7 +182,11 @@ def main(argv=None):
         return args.run(args) or 0
     except UserError as exc:
         print(f"rhnsearch: error: {exc}", file=sys.stderr)
+    import logging
         return 2
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(levelname)s: %(message)s")
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    logging.getLogger("urllib3").setLevel(logging.ERROR)  # its retries are not news
     except KeyboardInterrupt:
         print("rhnsearch: interrupted", file=sys.stderr)
         return 130

@@ -28,16 +28,26 @@ def ptb_sample(data_dir):
 
 
 def rhnsearch_cli(*args, cwd, timeout=900, check=True, env=None):
-    """Run the real `rhnsearch` command line in a subprocess."""
+    """Run the real `rhnsearch` command line in a subprocess (its whole process group is
+    killed if it outlives `timeout`, so no Ray process is left behind)."""
+    import signal
     import subprocess
     import sys
-    proc = subprocess.run([sys.executable, "-m", "rhnsearch.cli", *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+    proc = subprocess.Popen([sys.executable, "-m", "rhnsearch.cli", *map(str, args)], cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})}, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(f"rhnsearch {' '.join(map(str, args))} ran over {timeout}s:\n"
+                             f"{err[-4000:]}") from None
+    result = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     if check and proc.returncode != 0:
         raise AssertionError(f"rhnsearch {' '.join(map(str, args))} exited "
-                             f"{proc.returncode}:\n{proc.stderr[-4000:]}")
-    return proc
+                             f"{proc.returncode}:\n{err[-4000:]}")
+    return result
 
 
 class SmokeSweep:

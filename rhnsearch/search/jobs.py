@@ -49,11 +49,11 @@ def submit(args) -> str:
     """Validate locally, then submit; returns the job id."""
     space = load_space(args.space, args.preset, args.overrides)
     name = args.name or f"{space.study}-{args.preset or 'base'}-{datetime.now():%Y%m%d-%H%M%S}"
+    client = job_client(args.address)
     uri = resolve_tracking_uri(args.tracking_uri)
     if uri.startswith("sqlite"):
         print(f"note: results go to {uri} on the cluster's head node; on a remote cluster "
               "pass --tracking-uri http://MLFLOW_HOST:5000", file=sys.stderr)
-    client = job_client(args.address)
     data = str(default_data_dir(args.data_dir).resolve())
     return client.submit_job(entrypoint=entrypoint(args, name, uri, data),
                              runtime_env=runtime_env(), submission_id=f"rhnsearch-{name}")

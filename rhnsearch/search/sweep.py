@@ -125,6 +125,8 @@ def run_sweep(space_path, preset=None, overrides=(), address=None, search=None,
               name=None) -> dict:
     """Validate, record the sweep's parent run, run the trials; returns the summary."""
     space = load_space(space_path, preset, overrides)
+    if address:
+        check_address(address)
     search = search or space.search
     scheduler = scheduler or space.scheduler.name
     uri = resolve_tracking_uri(tracking_uri)

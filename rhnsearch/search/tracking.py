@@ -8,8 +8,10 @@ server are kept and retried; a trial restored from a checkpoint keeps its one ru
 import json
 import logging
 import os
+import socket
 import time
 from pathlib import Path
+from urllib.parse import urlparse
 
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
@@ -50,6 +52,14 @@ def artifact_root(uri: str, experiment: str) -> str | None:
 
 def check_store(uri: str):
     """Fail early, in one line, if the tracking store cannot be reached or written."""
+    url = urlparse(uri)
+    if url.scheme in ("http", "https"):
+        try:
+            socket.create_connection((url.hostname, url.port or 80), timeout=5).close()
+        except OSError as exc:
+            raise UserError(f"MLflow tracking store {uri} is not reachable "
+                            f"({exc.strerror or exc}): start it (mlflow server --host "
+                            "127.0.0.1) or pass a working --tracking-uri") from None
     try:
         MlflowClient(uri).search_experiments(max_results=1)
     except Exception as exc:  # the store's own error types vary by backend

@@ -1,0 +1,282 @@
+"""Sweeps end to end on a real local Ray, a real MLflow store and server, a real two-node
+Ray cluster, and a driver killed mid-sweep."""
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from conftest import ROOT, rhnsearch_cli
+
+JSB_SPACE = ROOT / "spaces" / "jsb_optimization.yaml"
+STATUSES = {"completed", "stopped", "diverged", "failed"}
+PARAMS = {"arch", "depth", "width", "n_params", "lr", "momentum", "init_scale", "t_bias",
+          "clip", "seed", "preset", "dataset", "epochs", "batch_size", "optimizer"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def check_child_runs(client: MlflowClient, runs, expected: int):
+    """Every trial has one nested run with params, per-epoch metrics and a final status."""
+    assert len(runs) == expected
+    assert len({r.data.tags["trial_id"] for r in runs}) == expected
+    for run in runs:
+        tags, params = run.data.tags, run.data.params
+        assert tags["status"] in STATUSES, tags
+        assert PARAMS <= set(params), PARAMS - set(params)
+        assert params["preset"] == "smoke" and params["dataset"] == "jsb"
+        history = client.get_metric_history(run.info.run_id, "valid_loss")
+        steps = sorted(m.step for m in history)
+        assert steps == list(range(1, len(steps) + 1)), steps  # no gaps, no duplicates
+        if tags["status"] == "stopped":
+            assert int(tags["stopped_at_epoch"]) == len(steps) < int(params["epochs"])
+        if tags["status"] == "completed":
+            assert len(steps) == int(params["epochs"])
+            assert math.isfinite(run.data.metrics["test_loss"])
+        assert run.info.status == "FINISHED"
+
+
+def test_smoke_sweep_records_every_trial_in_mlflow(jsb_smoke):
+    client = jsb_smoke.client()
+    experiment = client.get_experiment_by_name("jsb_optimization")
+    (parent,) = client.search_runs([experiment.experiment_id], "tags.kind = 'sweep'")
+    assert parent.info.status == "FINISHED" and parent.data.tags["sweep"] == "smoke-jsb"
+    runs = client.search_runs([experiment.experiment_id],
+                              f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+    cells = {(r.data.params["arch"], r.data.params["depth"]) for r in runs}
+    assert cells == {(a, d) for a in ("rhn", "dtrnn", "dtsrnn") for d in ("1", "2", "4", "6")}
+    check_child_runs(client, runs, 24)
+    statuses = [r.data.tags["status"] for r in runs]
+    assert statuses.count("stopped") > 0, "ASHA stopped no trial"
+    summary = jsb_smoke.summary
+    assert summary["complete"] and summary["trials"] == 24
+    assert summary["stopped"] == statuses.count("stopped")
+    best = summary["best"]
+    assert parent.data.tags["best_run_id"] == best["run_id"]
+    assert best["best_valid_loss"] == min(
+        r.data.metrics["best_valid_loss"] for r in runs if r.data.tags["status"] in
+        ("completed", "stopped"))
+    artifacts = [a.path for a in client.list_artifacts(best["run_id"], "model")]
+    assert "model/model.pt" in artifacts and "model/config.json" in artifacts
+    assert "stopped early" in jsb_smoke.stderr.splitlines()[-1] or any(
+        line.startswith("sweep smoke-jsb:") for line in jsb_smoke.stderr.splitlines())
+
+
+def test_same_space_and_seed_gives_the_same_trials(jsb_smoke, tmp_path, data_dir):
+    """The sweep is reproducible from its space: rerun two cells, get the same losses."""
+    rhnsearch_cli("sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir", data_dir,
+                  "--set", "archs=[rhn]", "--set", "depths=[1]", "--set",
+                  "scheduler.name=fifo", "--name", "again", cwd=tmp_path)
+    again = MlflowClient(f"sqlite:///{tmp_path / 'results/mlflow.db'}")
+    exp = again.get_experiment_by_name("jsb_optimization")
+    rerun = again.search_runs([exp.experiment_id], "tags.kind != 'sweep'")
+    first = {r.data.params["seed"]: r for r in jsb_smoke.child_runs()
+             if r.data.params["arch"] == "rhn" and r.data.params["depth"] == "1"}
+    assert len(rerun) == 2
+    for run in rerun:
+        orig = first[run.data.params["seed"]]
+        assert run.data.params["lr"] == orig.data.params["lr"]
+        a = [m.value for m in again.get_metric_history(run.info.run_id, "valid_loss")]
+        b = [m.value for m in jsb_smoke.client().get_metric_history(orig.info.run_id,
+                                                                      "valid_loss")]
+        n = min(len(a), len(b))
+        assert n >= 1 and a[:n] == b[:n]
+
+
+@pytest.fixture
+def mlflow_server(tmp_path):
+    """A real `mlflow server` on 127.0.0.1."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+         "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+         "--artifacts-destination", str(tmp_path / "artifacts"), "--workers", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    uri = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            MlflowClient(uri).search_experiments(max_results=1)
+            break
+        except Exception:
+            time.sleep(1)
+    else:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("mlflow server did not start")
+    yield uri
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=30)
+
+
+def test_sweep_through_a_real_mlflow_server(mlflow_server, tmp_path, data_dir):
+    rhnsearch_cli("sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir", data_dir,
+                  "--tracking-uri", mlflow_server, "--set", "archs=[rhn,dtrnn]",
+                  "--set", "depths=[1,4]", "--name", "via-server", cwd=tmp_path)
+    client = MlflowClient(mlflow_server)
+    exp = client.get_experiment_by_name("jsb_optimization")
+    runs = client.search_runs([exp.experiment_id], "tags.kind != 'sweep'")
+    check_child_runs(client, runs, 8)
+    assert not (tmp_path / "results" / "mlflow.db").exists()  # nothing went to sqlite
+
+
+def test_driver_killed_then_resume_finishes_without_rerunning(tmp_path, data_dir):
+    name = "killed"
+    cmd = [sys.executable, "-m", "rhnsearch.cli", "sweep", "run", str(JSB_SPACE), "--preset",
+           "smoke", "--data-dir", str(data_dir), "--name", name, "--set", "depths=[1,2]",
+           "--set", "scheduler.name=fifo"]
+    driver = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    uri = f"sqlite:///{tmp_path / 'results/mlflow.db'}"
+    finished = {}
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and len(finished) < 2:
+        time.sleep(0.5)
+        try:
+            client = MlflowClient(uri)
+            exp = client.get_experiment_by_name("jsb_optimization")
+            if exp:
+                finished = {r.data.tags["trial_id"]: r for r in client.search_runs(
+                    [exp.experiment_id], "tags.status = 'completed'")}
+        except Exception:
+            continue
+    assert len(finished) >= 2, "no trial finished in time"
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("jsb_optimization")
+    before = {t: (r.info.run_id, len(client.get_metric_history(r.info.run_id, "valid_loss")))
+              for t, r in finished.items()}
+    (parent,) = client.search_runs([exp.experiment_id], "tags.kind = 'sweep'")
+    assert parent.info.status == "RUNNING"
+    total = len(client.search_runs([exp.experiment_id], "tags.kind != 'sweep'"))
+    assert total < 12 or len(finished) < 12
+
+    proc = rhnsearch_cli("sweep", "resume", name, "--json", cwd=tmp_path)
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["complete"] and summary["trials"] == 12
+    runs = client.search_runs([exp.experiment_id], "tags.kind != 'sweep'")
+    check_child_runs(client, runs, 12)
+    for run in runs:
+        trial = run.data.tags["trial_id"]
+        if trial in before:  # finished before the kill: same run, history untouched
+            assert (run.info.run_id, len(client.get_metric_history(
+                run.info.run_id, "valid_loss"))) == before[trial]
+            assert run.info.end_time == finished[trial].info.end_time
+    (parent_after,) = client.search_runs([exp.experiment_id], "tags.kind = 'sweep'")
+    assert parent_after.info.run_id == parent.info.run_id
+    assert parent_after.info.status == "FINISHED" and "resumed" in parent_after.data.tags
+
+
+@pytest.fixture
+def two_node_cluster(tmp_path):
+    """`ray start --head` plus a second `ray start --address`: two nodes on this machine."""
+    gcs, dashboard = free_port(), free_port()
+    env = {**os.environ, "RAY_ADDRESS": ""}
+    head = ["ray", "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(gcs),
+            "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard),
+            "--num-cpus", "1", "--include-dashboard", "true", "--disable-usage-stats"]
+    subprocess.run(head, check=True, capture_output=True, env=env, timeout=180)
+    try:
+        subprocess.run(["ray", "start", "--address", f"127.0.0.1:{gcs}", "--node-ip-address",
+                        "127.0.0.1", "--num-cpus", "1", "--disable-usage-stats"],
+                       check=True, capture_output=True, env=env, timeout=180)
+        yield f"127.0.0.1:{gcs}", f"http://127.0.0.1:{dashboard}"
+    finally:
+        subprocess.run(["ray", "stop", "--force"], capture_output=True, timeout=180)
+
+
+def test_submit_to_a_two_node_cluster(two_node_cluster, tmp_path, data_dir):
+    gcs, dashboard = two_node_cluster
+    import ray
+    ray.init(address=gcs)
+    try:
+        assert len([n for n in ray.nodes() if n["Alive"]]) == 2
+    finally:
+        ray.shutdown()
+    store = tmp_path / "store" / "mlflow.db"
+    proc = rhnsearch_cli("sweep", "submit", "spaces/jsb_optimization.yaml", "--preset", "smoke",
+                         "--address", dashboard, "--data-dir", data_dir, "--tracking-uri",
+                         f"sqlite:///{store}", "--set", "archs=[rhn]", "--set",
+                         "depths=[1,2]", "--name", "on-cluster", "--follow", cwd=ROOT,
+                         timeout=900)
+    job_id = proc.stdout.strip().splitlines()[0]
+    assert job_id == "rhnsearch-on-cluster"
+    status = rhnsearch_cli("sweep", "status", job_id, "--address", dashboard, cwd=ROOT)
+    assert "SUCCEEDED" in status.stdout
+    logs = rhnsearch_cli("sweep", "logs", job_id, "--address", dashboard, cwd=ROOT).stdout
+    assert "sweep on-cluster: 4 trials" in logs
+    client = MlflowClient(f"sqlite:///{store}")
+    exp = client.get_experiment_by_name("jsb_optimization")
+    runs = client.search_runs([exp.experiment_id], "tags.kind != 'sweep'")
+    check_child_runs(client, runs, 4)
+
+
+BAD_SPACES = {
+    "unknown arch": ("archs: [rhn, gru]", "archs: unknown arch 'gru'"),
+    "bad range": ("params: {lr: {uniform: [1.0, 0.1]}}", "params.lr: uniform range"),
+    "unknown key": ("sampels: 3", "sampels: unknown key"),
+    "small budget": ("budget: 300", "budget: budget 300 is too small"),
+    "bad depth": ("depths: [0, 2]", "depths: depths must be positive"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_SPACES))
+def test_bad_space_is_one_line_before_ray_starts(case, tmp_path, data_dir):
+    line, expected = BAD_SPACES[case]
+    base = JSB_SPACE.read_text()
+    key = line.split(":")[0]
+    kept = [ln for ln in base.splitlines() if not ln.startswith(f"{key}:")]
+    space = tmp_path / "bad.yaml"
+    space.write_text("\n".join(kept) + "\n" + line + "\n")
+    proc = rhnsearch_cli("sweep", "run", space, "--data-dir", data_dir, cwd=tmp_path,
+                         check=False, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and expected in proc.stderr, proc.stderr
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("flag,value,expected", [
+    ("--address", "127.0.0.1:9", "Ray at 127.0.0.1:9 is not reachable"),
+    ("--tracking-uri", "http://127.0.0.1:9", "MLflow tracking store http://127.0.0.1:9 is not "
+                                             "reachable"),
+])
+def test_unreachable_addresses_are_one_line(flag, value, expected, tmp_path, data_dir):
+    proc = rhnsearch_cli("sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir",
+                         data_dir, flag, value, cwd=tmp_path, check=False, timeout=300)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and expected in proc.stderr, proc.stderr
+    assert not (tmp_path / "results" / "sweeps").exists()
+
+
+def test_submit_to_unreachable_dashboard_is_one_line(tmp_path):
+    proc = rhnsearch_cli("sweep", "submit", JSB_SPACE, "--preset", "smoke", "--address",
+                         "http://127.0.0.1:9", cwd=ROOT, check=False, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert "not reachable" in proc.stderr
+
+
+def test_resume_unknown_sweep_names_the_known_ones(jsb_smoke):
+    proc = rhnsearch_cli("sweep", "resume", "nope", cwd=jsb_smoke.cwd, check=False)
+    assert proc.returncode == 2 and "known sweeps are" in proc.stderr
+    assert "smoke-jsb" in proc.stderr
+
+
+def test_every_command_has_help():
+    for args in (["--help"], ["sweep", "--help"], ["sweep", "run", "--help"],
+                 ["sweep", "resume", "--help"], ["sweep", "submit", "--help"],
+                 ["sweep", "logs", "--help"], ["sweep", "status", "--help"],
+                 ["sweep", "check", "--help"], ["train", "--help"], ["budget", "--help"],
+                 ["data", "fetch", "--help"], ["ui", "--help"]):
+        proc = rhnsearch_cli(*args, cwd=ROOT)
+        assert "usage: rhnsearch" in proc.stdout
