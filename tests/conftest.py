@@ -71,7 +71,7 @@ class SmokeSweep:
     def child_runs(self):
         client = self.client()
         exp = client.get_experiment_by_name(self.experiment)
-        return client.search_runs([exp.experiment_id], "tags.mlflow.parentRunId != ''",
+        return client.search_runs([exp.experiment_id], "tags.kind = 'trial'",
                                   max_results=10000)
 
 

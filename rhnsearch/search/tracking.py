@@ -159,8 +159,8 @@ class MLflowTracker(Callback):
         run = self.client.create_run(
             self.experiment_id, run_name=f"{cell.get('arch')}-d{cell.get('depth')}-"
             f"{trial.trial_id}", tags={"mlflow.parentRunId": self.parent_run_id,
-                                       "trial_id": trial.trial_id, "sweep": self.sweep_name,
-                                       "status": "running"})
+                                       "kind": "trial", "trial_id": trial.trial_id,
+                                       "sweep": self.sweep_name, "status": "running"})
         self.runs[trial.trial_id] = run.info.run_id
         self.logged_epoch[trial.trial_id] = 0
         cfg = trial_config(config)
