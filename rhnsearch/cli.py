@@ -163,7 +163,12 @@ def _add_sweep(sub):
     add_sweep(sub)
 
 
-COMMANDS = [add_train, add_budget, add_data, _add_sweep, add_ui]
+def _add_analyze(sub):
+    from .analysis.cli import add_analyze
+    add_analyze(sub)
+
+
+COMMANDS = [add_train, add_budget, add_data, _add_sweep, _add_analyze, add_ui]
 
 
 def build_parser() -> argparse.ArgumentParser:

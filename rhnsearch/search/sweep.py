@@ -249,21 +249,16 @@ def summarize(client: MlflowClient, state: dict) -> dict:
 
 def keep_best_model(client: MlflowClient, results, best: dict):
     """Log the best trial's config and best-valid weights as its run's `model` artifact."""
-    import tempfile
-
     import torch
 
+    from ..analysis.checkpoint import log_model
     from ..train import CHECKPOINT_FILE
     for result in results:
         if result.metrics.get("trial_id") != best["trial_id"] or result.checkpoint is None:
             continue
-        with result.checkpoint.as_directory() as ckpt, tempfile.TemporaryDirectory() as out:
+        with result.checkpoint.as_directory() as ckpt:
             state = torch.load(Path(ckpt) / CHECKPOINT_FILE, weights_only=True)
-            torch.save({"config": state["config"],
-                        "weights": state["best_state"] or state["model"]},
-                       Path(out) / "model.pt")
-            (Path(out) / "config.json").write_text(json.dumps(state["config"], indent=1))
-            client.log_artifacts(best["run_id"], out, "model")
+        log_model(client, best["run_id"], state["config"], state["best_state"] or state["model"])
         return
 
 

@@ -1,0 +1,229 @@
+"""Analyses of trained models (`rhnsearch analyze`): models of the real JSB smoke sweep and a
+tiny HSG trained here on JSB, loaded back from MLflow; the Jacobian checked against finite
+differences and the paper's carry limit (eq. 15); lesioning; the four commands end to end."""
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from ray.tune import ExperimentAnalysis
+
+from conftest import rhnsearch_cli
+from rhnsearch.analysis.checkpoint import load_trainer, log_model
+from rhnsearch.analysis.gates import activity_table, gate_activity, hsg_gate_values
+from rhnsearch.analysis.lesion import LESION_BIAS, lesion
+from rhnsearch.analysis.sequences import example_sequences
+from rhnsearch.analysis.spectrum import (per_jacobian, sample_jacobians, spectra,
+                                         temporal_jacobians)
+from rhnsearch.models import LAYERS
+from rhnsearch.train import CHECKPOINT_FILE, Trainer, TrialConfig
+
+
+def finished(run) -> bool:
+    return run.data.tags.get("status") in ("completed", "stopped")
+
+
+@pytest.fixture(scope="module")
+def smoke_models(jsb_smoke, jsb):
+    """Run ids {"rhn", "dtrnn", "hsg"}: the best RHN and DT-RNN of the deepest depth the smoke
+    sweep finished both at, their trained weights (Ray checkpoints) logged as model artifacts
+    of their runs; and a tiny HSG trained here for 2 epochs, logged to a run of its own."""
+    client = jsb_smoke.client()
+    runs = [r for r in jsb_smoke.child_runs() if finished(r)]
+    depth = max(int(r.data.params["depth"]) for r in runs if r.data.params["arch"] == "rhn"
+                and any(o.data.params["arch"] == "dtrnn" and o.data.params["depth"] ==
+                        r.data.params["depth"] for o in runs))
+    trials = ExperimentAnalysis(str(jsb_smoke.cwd / "results" / "sweeps" / jsb_smoke.name))
+    checkpoints = {t.trial_id: t.checkpoint for t in trials.trials}
+    ids = {}
+    for arch in ("rhn", "dtrnn"):
+        run = min((r for r in runs if r.data.params["arch"] == arch
+                   and r.data.params["depth"] == str(depth)),
+                  key=lambda r: r.data.metrics["best_valid_loss"])
+        with checkpoints[run.data.tags["trial_id"]].as_directory() as directory:
+            state = torch.load(Path(directory) / CHECKPOINT_FILE, weights_only=True)
+        log_model(client, run.info.run_id, state["config"], state["best_state"])
+        ids[arch] = run.info.run_id
+    hsg = Trainer(TrialConfig(arch="hsg", depth=3, width=16, epochs=2, lr=0.3, momentum=0.9,
+                              batch_size=32, seed=5), jsb)
+    hsg.fit()
+    experiment = client.create_experiment("analysis-tests")
+    run = client.create_run(experiment, run_name="hsg-tiny", tags={"arch": "hsg"})
+    log_model(client, run.info.run_id, asdict(hsg.config), hsg.best_state)
+    client.set_terminated(run.info.run_id)
+    ids["hsg"] = run.info.run_id
+    return ids
+
+
+def load(jsb_smoke, data_dir, run_id):
+    return load_trainer(jsb_smoke.client(), run_id, data_dir)
+
+
+def test_logged_model_reproduces_its_runs_best_valid_loss(jsb_smoke, data_dir, smoke_models):
+    client = jsb_smoke.client()
+    for arch in ("rhn", "dtrnn"):
+        trainer = load(jsb_smoke, data_dir, smoke_models[arch])
+        assert trainer.config.arch == arch and not trainer.model.training
+        want = client.get_run(smoke_models[arch]).data.metrics["best_valid_loss"]
+        assert trainer.evaluate("valid") == pytest.approx(want, rel=1e-5)
+
+
+@pytest.mark.parametrize("arch", ["rhn", "hsg", "dtrnn", "dtsrnn"])
+def test_jacobian_matches_finite_differences(arch):
+    torch.manual_seed(0)
+    layer = LAYERS[arch](5, 4, 3).double().eval()
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.uniform_(-0.8, 0.8)
+    x, y = torch.randn(3, 5, dtype=torch.float64), torch.randn(3, 4, dtype=torch.float64)
+    jac = temporal_jacobians(layer, x, y)
+    eps = 1e-6
+    with torch.no_grad():
+        for j in range(4):
+            step = torch.zeros_like(y)
+            step[:, j] = eps
+            up, down = layer(x[None], y + step)[1], layer(x[None], y - step)[1]
+            torch.testing.assert_close(jac[:, :, j], (up - down) / (2 * eps), rtol=0,
+                                       atol=1e-8)
+    assert jac.abs().max() > 0.05  # a real, non-trivial Jacobian
+
+
+def test_carry_gates_make_every_eigenvalue_one(jsb_smoke, data_dir, smoke_models):
+    """RHN paper eq. 15: transform gates closed (c = 1, t = 0) -> J = I, all eigenvalues 1,
+    Geršgorin discs shrunk to the point 1; the trained gates give other eigenvalues."""
+    trainer = load(jsb_smoke, data_dir, smoke_models["rhn"])
+    inputs, lengths = example_sequences(trainer, 3, "valid")
+    trained = spectra(*sample_jacobians(trainer, inputs, lengths, 4), "trained")
+    assert (trained.eig_abs - 1).abs().min() > 1e-3
+    trainer.model.layer.set_transform_bias(LESION_BIAS)
+    carry = spectra(*sample_jacobians(trainer, inputs, lengths, 4), "carry")
+    assert len(carry) == 3 * 4 * trainer.config.width
+    for column, value in [("eig_real", 1.0), ("eig_imag", 0.0), ("disc_centre", 1.0),
+                          ("disc_radius", 0.0)]:
+        np.testing.assert_allclose(carry[column], value, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("arch", ["rhn", "dtrnn"])
+def test_eigenvalues_lie_in_the_gersgorin_discs(jsb_smoke, data_dir, smoke_models, arch):
+    trainer = load(jsb_smoke, data_dir, smoke_models[arch])
+    inputs, lengths = example_sequences(trainer, 2, "test")
+    table = spectra(*sample_jacobians(trainer, inputs, lengths, 3), arch)
+    n = trainer.config.width
+    assert len(per_jacobian(table)) == len(table) // n == 6
+    for _, jac in table.groupby(["sequence", "step"]):
+        eig = torch.tensor(jac.eig_real.values) + 1j * torch.tensor(jac.eig_imag.values)
+        centre = torch.tensor(jac.disc_centre.values, dtype=torch.complex128)
+        outside = (eig[:, None] - centre[None]).abs() - torch.tensor(jac.disc_radius.values)
+        assert (outside.min(1).values <= 1e-9).all()
+
+
+def test_lesioning_a_closed_layer_changes_the_loss_by_nothing(jsb_smoke, data_dir,
+                                                              smoke_models):
+    trainer = load(jsb_smoke, data_dir, smoke_models["rhn"])
+    rhn, closed = trainer.model.layer, trainer.config.depth - 1
+    with torch.no_grad():
+        rhn.transform_bias(closed).fill_(LESION_BIAS)
+    weights = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    table = lesion(trainer)
+    assert table.layer.tolist() == list(range(1, trainer.config.depth + 1))
+    assert table.delta[closed] == pytest.approx(0.0, abs=1e-9)
+    assert (table.delta.drop(closed).abs() > 1e-4).all()  # the open layers do matter
+    assert table.intact_train_loss[0] == pytest.approx(trainer.evaluate("train"))
+    for key, value in trainer.model.state_dict().items():
+        assert torch.equal(value, weights[key]), key  # biases restored after each lesion
+
+
+def test_gate_heatmap_is_layers_by_steps(jsb_smoke, data_dir, jsb, smoke_models):
+    trainer = load(jsb_smoke, data_dir, smoke_models["rhn"])
+    inputs, lengths = example_sequences(trainer, 3, "valid")
+    activity = gate_activity(trainer, inputs, lengths)
+    assert [a.shape for a in activity] == [(trainer.config.depth, len(roll) - 1)
+                                           for roll in jsb.valid[:3]]
+    assert all(((a > 0) & (a < 1)).all() for a in activity)
+    table = activity_table(activity)
+    assert len(table) == trainer.config.depth * sum(lengths)
+    assert table.layer.max() == trainer.config.depth
+
+
+def test_hsg_gate_values_cover_every_unit_and_real_step(jsb_smoke, data_dir, smoke_models):
+    trainer = load(jsb_smoke, data_dir, smoke_models["hsg"])
+    inputs, lengths = example_sequences(trainer, 2, "valid")
+    values = hsg_gate_values(trainer, inputs, lengths)
+    assert len(values) == sum(lengths) * trainer.config.width
+    assert values.value.between(0, 1).all() and values.value.std() > 0
+
+
+def analyze(jsb_smoke, data_dir, tmp_path, *args, check=True):
+    return rhnsearch_cli("analyze", *args, "--tracking-uri", jsb_smoke.tracking_uri,
+                         "--data-dir", data_dir, "--out", tmp_path, "--json",
+                         cwd=jsb_smoke.cwd, check=check)
+
+
+def outputs_in_mlflow(jsb_smoke, proc, name: str, files: set) -> dict:
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    logged = {Path(a.path).name for a in jsb_smoke.client().list_artifacts(
+        summary["run_id"], f"analysis/{name}")}
+    assert files | {f"{name}.png", f"{name}.svg", "summary.json"} <= logged, logged
+    return summary
+
+
+def test_all_four_analyses_from_the_command_line(jsb_smoke, data_dir, smoke_models, tmp_path):
+    rhn, dtrnn, hsg = smoke_models["rhn"], smoke_models["dtrnn"], smoke_models["hsg"]
+    client = jsb_smoke.client()
+    depth = int(client.get_run(rhn).data.params["depth"])
+
+    gates = outputs_in_mlflow(jsb_smoke, analyze(jsb_smoke, data_dir, tmp_path, "gates", rhn,
+                                                 "--sequences", "4"), "gates", {"gates.csv"})
+    table = pd.read_csv(Path(gates["out"]) / "gates.csv")
+    assert table.sequence.nunique() == 4 and table.layer.max() == depth
+    assert client.get_run(rhn).data.metrics[f"gate_mean_layer{depth}"] == pytest.approx(
+        gates[f"gate_mean_layer{depth}"])
+
+    lesioned = outputs_in_mlflow(jsb_smoke, analyze(jsb_smoke, data_dir, tmp_path, "lesion",
+                                                    rhn), "lesion", {"lesion.csv"})
+    assert len(pd.read_csv(Path(lesioned["out"]) / "lesion.csv")) == depth
+
+    hist = outputs_in_mlflow(jsb_smoke, analyze(jsb_smoke, data_dir, tmp_path, "hsg-gates",
+                                                hsg), "hsg-gates", {"hsg_gates.parquet"})
+    assert 0 < hist["hsg_gate_mean"] < 1
+
+    proc = analyze(jsb_smoke, data_dir, tmp_path, "spectrum", rhn, "--compare", dtrnn,
+                   "--sequences", "2", "--steps", "3")
+    spectrum = outputs_in_mlflow(jsb_smoke, proc, "spectrum",
+                                 {"spectrum.parquet", "spectrum_steps.csv"})
+    steps = pd.read_csv(Path(spectrum["out"]) / "spectrum_steps.csv")
+    assert steps.model.nunique() == 2 and len(steps) == 2 * 2 * 3
+    assert spectrum["compare"]["run_id"] == dtrnn
+    assert 0 < spectrum["spectral_radius_mean"] and 0 < spectrum["compare"][
+        "spectral_radius_mean"]
+
+
+def test_best_model_of_the_experiment(jsb_smoke, data_dir, tmp_path):
+    proc = analyze(jsb_smoke, data_dir, tmp_path, "spectrum", "--best", "--experiment",
+                   "jsb_optimization", "--sequences", "1", "--steps", "2")
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["run_id"] == jsb_smoke.summary["best"]["run_id"]
+
+
+@pytest.mark.parametrize("analysis, model, message", [
+    ("gates", "dtrnn", "gates needs an rhn or hsg model but this run's arch is dtrnn"),
+    ("hsg-gates", "rhn", "hsg-gates needs an hsg model but this run's arch is rhn"),
+    ("lesion", None, "has no model/model.pt artifact"),
+    ("gates", "", "give either a RUN_ID or --best --experiment NAME"),
+])
+def test_user_errors_are_one_line_exit_2(jsb_smoke, data_dir, smoke_models, tmp_path,
+                                         analysis, model, message):
+    if model is None:  # a finished run whose model the sweep did not keep
+        kept = set(smoke_models.values()) | {jsb_smoke.summary["best"]["run_id"]}
+        run_id = next(r.info.run_id for r in jsb_smoke.child_runs() if r.info.run_id not in kept)
+    else:
+        run_id = smoke_models[model] if model else None
+    proc = analyze(jsb_smoke, data_dir, tmp_path, analysis, *([run_id] if run_id else []),
+                   check=False)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1].startswith("rhnsearch: error: ") and message in lines[-1], lines[-3:]
+    assert "Traceback" not in proc.stderr
