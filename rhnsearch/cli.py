@@ -182,16 +182,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None):
+    import logging
     args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(levelname)s: %(message)s")
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    logging.getLogger("urllib3").setLevel(logging.ERROR)  # its retries are not news
     try:
         return args.run(args) or 0
     except UserError as exc:
         print(f"rhnsearch: error: {exc}", file=sys.stderr)
-    import logging
         return 2
-    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(levelname)s: %(message)s")
-    logging.getLogger("mlflow").setLevel(logging.WARNING)
-    logging.getLogger("urllib3").setLevel(logging.ERROR)  # its retries are not news
     except KeyboardInterrupt:
         print("rhnsearch: interrupted", file=sys.stderr)
         return 130
