@@ -46,7 +46,7 @@ def rhnsearch_cli(*args, cwd, timeout=900, check=True, env=None):
     result = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     if check and proc.returncode != 0:
         raise AssertionError(f"rhnsearch {' '.join(map(str, args))} exited "
-                             f"{proc.returncode}:\n{err[-4000:]}")
+                             f"{proc.returncode}:\n{err[-4000:]}\nstdout:\n{out[-3000:]}")
     return result
 
 

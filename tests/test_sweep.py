@@ -178,43 +178,70 @@ def test_driver_killed_then_resume_finishes_without_rerunning(tmp_path, data_dir
     assert parent_after.info.status == "FINISHED" and "resumed" in parent_after.data.tags
 
 
+def stop_ray_under(temp_dir: str):
+    """Stop only the Ray processes of one cluster (those whose command line names its temp
+    dir): `ray stop` would also stop every other Ray on the machine."""
+    import psutil
+    procs = [p for p in psutil.process_iter(["cmdline"])
+             if any(temp_dir in arg for arg in (p.info["cmdline"] or []))]
+    for p in procs:
+        p.kill()
+    psutil.wait_procs(procs, timeout=30)
+
+
 @pytest.fixture
-def two_node_cluster(tmp_path):
-    """`ray start --head` plus a second `ray start --address`: two nodes on this machine."""
+def two_node_cluster():
+    """`ray start --head` plus a second `ray start --address`: two nodes on this machine, on
+    loopback, with their own auth token and temp dir. Yields (GCS address, dashboard URL, env).
+    """
+    import uuid
     gcs, dashboard = free_port(), free_port()
-    env = {**os.environ, "RAY_ADDRESS": ""}
-    head = ["ray", "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(gcs),
-            "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard),
-            "--num-cpus", "1", "--include-dashboard", "true", "--disable-usage-stats"]
-    subprocess.run(head, check=True, capture_output=True, env=env, timeout=180)
+    temp_dir = f"/tmp/rt{uuid.uuid4().hex[:8]}"
+    token = uuid.uuid4().hex
+    env = {"RAY_ADDRESS": "", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
+    common = ["--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--disable-usage-stats",
+              "--temp-dir", temp_dir]
+
+    def own_ports():  # two nodes on one machine must not share their agents' ports
+        return [arg for flag in ("--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
+                                 "--metrics-export-port", "--runtime-env-agent-port",
+                                 "--node-manager-port", "--object-manager-port")
+                for arg in (flag, str(free_port()))]
+
+    head = ["ray", "start", "--head", "--port", str(gcs), "--dashboard-host", "127.0.0.1",
+            "--dashboard-port", str(dashboard), "--include-dashboard", "true",
+            "--ray-client-server-port", str(free_port()), *common, *own_ports()]
+    worker = ["ray", "start", "--address", f"127.0.0.1:{gcs}", *common, *own_ports()]
     try:
-        subprocess.run(["ray", "start", "--address", f"127.0.0.1:{gcs}", "--node-ip-address",
-                        "127.0.0.1", "--num-cpus", "1", "--disable-usage-stats"],
-                       check=True, capture_output=True, env=env, timeout=180)
-        yield f"127.0.0.1:{gcs}", f"http://127.0.0.1:{dashboard}"
+        for cmd in (head, worker):
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180,
+                                  env={**os.environ, **env})
+            assert proc.returncode == 0, proc.stderr[-2000:]
+        yield f"127.0.0.1:{gcs}", f"http://127.0.0.1:{dashboard}", env
     finally:
-        subprocess.run(["ray", "stop", "--force"], capture_output=True, timeout=180)
+        stop_ray_under(temp_dir)
 
 
 def test_submit_to_a_two_node_cluster(two_node_cluster, tmp_path, data_dir):
-    gcs, dashboard = two_node_cluster
-    import ray
-    ray.init(address=gcs)
-    try:
-        assert len([n for n in ray.nodes() if n["Alive"]]) == 2
-    finally:
-        ray.shutdown()
+    gcs, dashboard, env = two_node_cluster
+    nodes = subprocess.run(
+        [sys.executable, "-c", "import ray; ray.init(address='%s'); "
+         "print(sum(n['Alive'] for n in ray.nodes()))" % gcs],
+        capture_output=True, text=True, timeout=120, env={**os.environ, **env}, check=True)
+    assert nodes.stdout.strip().splitlines()[-1] == "2"
     store = tmp_path / "store" / "mlflow.db"
     proc = rhnsearch_cli("sweep", "submit", "spaces/jsb_optimization.yaml", "--preset", "smoke",
                          "--address", dashboard, "--data-dir", data_dir, "--tracking-uri",
                          f"sqlite:///{store}", "--set", "archs=[rhn]", "--set",
                          "depths=[1,2]", "--name", "on-cluster", "--follow", cwd=ROOT,
-                         timeout=900)
+                         timeout=900, env=env)
     job_id = proc.stdout.strip().splitlines()[0]
     assert job_id == "rhnsearch-on-cluster"
-    status = rhnsearch_cli("sweep", "status", job_id, "--address", dashboard, cwd=ROOT)
+    status = rhnsearch_cli("sweep", "status", job_id, "--address", dashboard, cwd=ROOT,
+                           env=env)
     assert "SUCCEEDED" in status.stdout
-    logs = rhnsearch_cli("sweep", "logs", job_id, "--address", dashboard, cwd=ROOT).stdout
+    logs = rhnsearch_cli("sweep", "logs", job_id, "--address", dashboard, cwd=ROOT,
+                         env=env).stdout
     assert "sweep on-cluster: 4 trials" in logs
     client = MlflowClient(f"sqlite:///{store}")
     exp = client.get_experiment_by_name("jsb_optimization")
@@ -280,3 +307,27 @@ def test_every_command_has_help():
                  ["data", "fetch", "--help"], ["ui", "--help"]):
         proc = rhnsearch_cli(*args, cwd=ROOT)
         assert "usage: rhnsearch" in proc.stdout
+
+
+def test_optuna_search_gives_every_cell_its_trials(tmp_path, data_dir):
+    proc = rhnsearch_cli("sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir",
+                         data_dir, "--search", "optuna", "--set", "archs=[rhn,dtrnn]",
+                         "--set", "depths=[1,2]", "--name", "tpe", "--json", cwd=tmp_path)
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["complete"]
+    client = MlflowClient(f"sqlite:///{tmp_path / 'results/mlflow.db'}")
+    exp = client.get_experiment_by_name("jsb_optimization")
+    runs = client.search_runs([exp.experiment_id], "tags.kind = 'trial'")
+    check_child_runs(client, runs, 8)
+    cells = [(r.data.params["arch"], r.data.params["depth"]) for r in runs]
+    assert sorted(set(cells)) == [("dtrnn", "1"), ("dtrnn", "2"), ("rhn", "1"), ("rhn", "2")]
+    assert all(cells.count(c) == 2 for c in set(cells))
+    (parent,) = client.search_runs([exp.experiment_id], "tags.kind = 'sweep'")
+    assert parent.data.params["search"] == "optuna"
+
+
+def test_gpu_space_on_a_cpu_only_local_ray_is_one_line(tmp_path, data_dir):
+    proc = rhnsearch_cli("sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir",
+                         data_dir, "--set", "resources.gpu=0.25", cwd=tmp_path, check=False,
+                         timeout=300)
+    assert proc.returncode == 2 and "resources.gpu=0" in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0, proc.stderr

@@ -109,10 +109,10 @@ def cmd_submit(args):
 
 
 def cmd_logs(args):
-    from .jobs import follow_logs, job_client
+    from .jobs import follow_logs, job_call
     if args.follow:
         return follow_logs(args.address, args.job, sys.stdout)
-    print(job_client(args.address).get_job_logs(args.job), end="")
+    print(job_call(args.address, args.job, "get_job_logs"), end="")
 
 
 def cmd_status(args):

@@ -2,6 +2,7 @@
 import asyncio
 import shlex
 import sys
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -55,12 +56,31 @@ def submit(args) -> str:
         print(f"note: results go to {uri} on the cluster's head node; on a remote cluster "
               "pass --tracking-uri http://MLFLOW_HOST:5000", file=sys.stderr)
     data = str(default_data_dir(args.data_dir).resolve())
-    return client.submit_job(entrypoint=entrypoint(args, name, uri, data),
-                             runtime_env=runtime_env(), submission_id=f"rhnsearch-{name}")
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            return client.submit_job(entrypoint=entrypoint(args, name, uri, data),
+                                     runtime_env=runtime_env(),
+                                     submission_id=f"rhnsearch-{name}")
+        except RuntimeError as exc:  # the SDK's error for a failed request
+            message = str(exc).splitlines()[0][:200]
+            if "try again later" not in message or time.monotonic() > deadline:
+                raise UserError(f"the Ray Jobs API at {args.address} refused the sweep: "
+                                f"{message}") from None
+            time.sleep(2)  # a cluster that just started has no job agent yet
+
+
+def job_call(address: str, job_id: str, method: str):
+    """Call a JobSubmissionClient method on a job; an unknown job is a one-line error."""
+    try:
+        return getattr(job_client(address), method)(job_id)
+    except RuntimeError as exc:  # the SDK's error for any failed request
+        raise UserError(f"job {job_id} at {address}: {str(exc).splitlines()[0][:200]} "
+                        f"(list jobs with `ray job list --address {address}`)") from None
 
 
 def job_status(address: str, job_id: str) -> str:
-    info = job_client(address).get_job_info(job_id)
+    info = job_call(address, job_id, "get_job_info")
     return f"{job_id}: {info.status.value}" + (f" ({info.message})" if info.message else "")
 
 
@@ -73,6 +93,7 @@ def follow_logs(address: str, job_id: str, out) -> int:
             out.write(lines)
             out.flush()
 
+    job_call(address, job_id, "get_job_info")  # an unknown job fails here, in one line
     asyncio.run(tail())
     status = client.get_job_status(job_id).value
     print(f"{job_id}: {status}", file=sys.stderr)

@@ -112,7 +112,19 @@ def start_ray(address: str | None):
             raise UserError(f"could not join the Ray cluster at {address}: "
                             f"{str(exc).splitlines()[0]}") from None
     else:
-        ray.init(include_dashboard=False, logging_level=logging.WARNING)
+        ray.init(include_dashboard=False, logging_level=logging.WARNING,
+                 _node_ip_address="127.0.0.1")  # a local Ray stays on loopback
+
+
+def check_resources(space: Space, local: bool):
+    """A trial asking for a GPU that the local Ray does not have would wait forever."""
+    has = ray.cluster_resources()
+    if space.resources.gpu > 0 and not has.get("GPU"):
+        message = (f"the space asks for {space.resources.gpu} GPU per trial but Ray has no GPU:"
+                   " pass --set resources.gpu=0 to train on CPUs")
+        if local:
+            raise UserError(message)
+        log.warning("%s (unless the cluster autoscales GPU nodes)", message)
 
 
 # -- sweeps ----------------------------------------------------------------------------------
@@ -125,6 +137,8 @@ def run_sweep(space_path, preset=None, overrides=(), address=None, search=None,
               name=None) -> dict:
     """Validate, record the sweep's parent run, run the trials; returns the summary."""
     space = load_space(space_path, preset, overrides)
+    # Absolute paths first: in a Ray Job, joining the cluster may replace the working dir.
+    space_path, sweeps_root = Path(space_path).resolve(), SWEEPS_DIR.resolve()
     if address:
         check_address(address)
     search = search or space.search
@@ -140,11 +154,12 @@ def run_sweep(space_path, preset=None, overrides=(), address=None, search=None,
         raise UserError(f"sweep {name} already exists in {directory}: resume it with "
                         f"`rhnsearch sweep resume {name}` or pick another --name")
     start_ray(address)  # an unreachable cluster fails here, before anything is recorded
+    check_resources(space, local=not address)
     client = MlflowClient(uri)
     experiment_id = get_experiment(client, uri, experiment or space.study)
     parent = client.create_run(experiment_id, run_name=name, tags={
         "sweep": name, "study": space.study, "preset": preset or "base", "kind": "sweep"})
-    state = {"name": name, "space_path": str(Path(space_path).resolve()), "preset": preset,
+    state = {"name": name, "space_path": str(space_path), "preset": preset,
              "overrides": list(overrides), "search": search, "scheduler": scheduler,
              "tracking_uri": uri, "experiment_id": experiment_id,
              "parent_run_id": parent.info.run_id, "data_dir": str(root),
@@ -173,7 +188,7 @@ def run_sweep(space_path, preset=None, overrides=(), address=None, search=None,
                                     max_concurrent_trials=space.max_concurrent or None,
                                     reuse_actors=True),
         run_config=tune.RunConfig(
-            name=name, storage_path=str(SWEEPS_DIR.resolve()), callbacks=[tracker],
+            name=name, storage_path=str(sweeps_root), callbacks=[tracker],
             failure_config=tune.FailureConfig(max_failures=2),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=1), verbose=1))
     return finish(tuner, state)
