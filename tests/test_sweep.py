@@ -196,22 +196,24 @@ def two_node_cluster():
     """
     import uuid
     gcs, dashboard = free_port(), free_port()
-    temp_dir = f"/tmp/rt{uuid.uuid4().hex[:8]}"
+    # One temp dir per node, as on real machines: nodes sharing one would garbage-collect
+    # each other's runtime_env packages (the job's working dir).
+    temp_dirs = [f"/tmp/rt{uuid.uuid4().hex[:8]}" for _ in range(2)]
     token = uuid.uuid4().hex
     env = {"RAY_ADDRESS": "", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
-    common = ["--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--disable-usage-stats",
-              "--temp-dir", temp_dir]
 
-    def own_ports():  # two nodes on one machine must not share their agents' ports
-        return [arg for flag in ("--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
-                                 "--metrics-export-port", "--runtime-env-agent-port",
-                                 "--node-manager-port", "--object-manager-port")
-                for arg in (flag, str(free_port()))]
+    def node_args(temp_dir):  # nodes on one machine must not share their agents' ports
+        return ["--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--disable-usage-stats",
+                "--temp-dir", temp_dir] + [
+            arg for flag in ("--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
+                             "--metrics-export-port", "--runtime-env-agent-port",
+                             "--node-manager-port", "--object-manager-port")
+            for arg in (flag, str(free_port()))]
 
     head = ["ray", "start", "--head", "--port", str(gcs), "--dashboard-host", "127.0.0.1",
             "--dashboard-port", str(dashboard), "--include-dashboard", "true",
-            "--ray-client-server-port", str(free_port()), *common, *own_ports()]
-    worker = ["ray", "start", "--address", f"127.0.0.1:{gcs}", *common, *own_ports()]
+            "--ray-client-server-port", str(free_port()), *node_args(temp_dirs[0])]
+    worker = ["ray", "start", "--address", f"127.0.0.1:{gcs}", *node_args(temp_dirs[1])]
     try:
         for cmd in (head, worker):
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180,
@@ -219,7 +221,8 @@ def two_node_cluster():
             assert proc.returncode == 0, proc.stderr[-2000:]
         yield f"127.0.0.1:{gcs}", f"http://127.0.0.1:{dashboard}", env
     finally:
-        stop_ray_under(temp_dir)
+        for temp_dir in temp_dirs:
+            stop_ray_under(temp_dir)
 
 
 def test_submit_to_a_two_node_cluster(two_node_cluster, tmp_path, data_dir):
