@@ -4,12 +4,145 @@ Both follow the nn.LSTM convention: input (T, B, F), optional state (B, n), retu
 (outputs (T, B, n), final state (B, n)). The input is projected for all time steps in one
 matrix product before the time loop; each highway layer uses one fused (n, 2n) product for
 its H and T pre-activations.
+
+`forward` runs the whole time loop in `RHNLoop`, an autograd Function with a hand-written
+backward: per step only the products along the recurrence, the weight gradients afterwards in
+one product per weight, large arrays from a reused pool (kernels.py). When gate tensors are
+asked for (`gates`, `hsg_gates`), the step-by-step autograd loop below (`step`) runs instead.
 """
 import torch
 from torch import nn
+from torch.autograd.function import once_differentiable
 from torch.nn import functional as F
 
 from .dropout import apply_mask, variational_mask
+from .kernels import WORKSPACE, Linear, linear, weight_grad
+
+
+class RHNLoop(torch.autograd.Function):
+    """All T steps of an RHN layer; with `hsg` = (W_R, W_F, b_G) also its Highway State Gate.
+
+    forward(x (T, B, F) after input dropout, s0 (B, n), mask_h (B, n) or None, depth, hsg,
+    input_weight, W_0..W_{L-1}, b_0..b_{L-1}[, W_R, W_F, b_G]) -> outputs (T, B, n).
+
+    Each layer computes u = sigm(c * a) with c = 2 on the H half and 1 on the T half of the
+    pre-activation a, so that [h, t] = [2 u_H - 1, u_T] = [tanh(a_H), sigm(a_T)] with one
+    activation (tanh is several times slower than sigmoid on CPU here). When gradients are
+    needed, the forward also stores each step's local derivatives while they are in cache:
+    d s_l / d [a_H, a_T] = [t (1 - h^2), (h - s) t (1 - t)] and d s_l / d s_{l-1} = 1 - t.
+    """
+
+    @staticmethod
+    def forward(ctx, x, s0, mask, depth, hsg, input_weight, *params):
+        T, B, _ = x.shape
+        n2, L = input_weight.shape[0], depth
+        n = n2 // 2
+        weights, biases = params[:L], params[L:2 * L]
+        scale = x.new_ones(n2)
+        scale[:n] = 2
+        shift = x.new_zeros(n2)
+        shift[:n] = -1
+        steps = linear(x.reshape(T * B, -1), input_weight * scale[:, None], biases[0] * scale)
+        steps = steps.view(T, B, n2).unbind(0)
+        lins = [Linear(w * scale[:, None], B) for w in weights]
+        biases = [b * scale for b in biases]
+        if hsg:
+            gate_state, gate_new = Linear(params[-3], B), Linear(params[-2], B)
+            gate_bias = params[-1]
+        need_grad = any(ctx.needs_input_grad)
+        if need_grad:
+            factors = WORKSPACE.take(x, L * T, B, n2)  # d s_l / d [a_H, a_T]
+            carries = WORKSPACE.take(x, L * T, B, n)  # d s_l / d s_{l-1} = 1 - t
+            scratch = x.new_empty(B, n2)  # [4 t, h - s]
+            four_t, diff = scratch.chunk(2, dim=1)
+            one = x.new_ones(())
+            factor_of, carry_of = factors.unbind(0), carries.unbind(0)
+        inputs = WORKSPACE.take(x, L, T, B, n)  # what each layer's product saw (masked)
+        out = x.new_empty(T, B, n)  # RHN: s_L; HSG: the gated state
+        last = WORKSPACE.take(x, T, B, n) if hsg else out  # s_L
+        gates = WORKSPACE.take(x, T, B, n) if hsg else None  # HSG gate g
+        input_of = inputs.view(L * T, B, n).unbind(0)
+        # where layer l writes its state: the next layer's input, unless that is masked
+        dst = input_of[T:] if mask is None else [None] * ((L - 1) * T)
+        dst = list(dst) + list(last.unbind(0))
+        s = s0
+        for t in range(T):
+            s_prev = s
+            for layer in range(L):
+                k = layer * T + t
+                x_l = s if mask is None else torch.mul(s, mask, out=input_of[k])
+                if layer == 0:
+                    u = lins[0](x_l, other=steps[t], act="sigmoid")
+                else:
+                    u = lins[layer](x_l, biases[layer], act="sigmoid")
+                h, gate = torch.addcmul(shift, u, scale).chunk(2, dim=1)
+                d = torch.sub(h, s, out=diff) if need_grad else h - s
+                s = torch.addcmul(s, gate, d, out=dst[k])
+                if need_grad:
+                    torch.mul(gate, 4, out=four_t)  # 1 - h^2 = 4 u_H (1 - u_H)
+                    torch.mul(torch.addcmul(u, u, u, value=-1), scratch, out=factor_of[k])
+                    torch.sub(one, gate, out=carry_of[k])
+            if hsg:
+                a = gate_new(s, other=gate_state(s_prev, gate_bias))
+                s = torch.lerp(s, s_prev, torch.sigmoid(a, out=gates[t]), out=out[t])
+        WORKSPACE.give_when_freed(ctx, inputs, *((last, gates) if hsg else ()))
+        if not need_grad:
+            return out
+        WORKSPACE.give_when_freed(ctx, factors, carries)
+        if mask is None:
+            inputs[0, 0] = s0
+            inputs[0, 1:] = out[:-1]
+        ctx.depth, ctx.hsg = L, hsg
+        ctx.save_for_backward(x, s0, mask, factors, carries, inputs, out, last, gates,
+                              input_weight, *weights, *params[2 * L:])
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out):
+        L, hsg = ctx.depth, ctx.hsg
+        x, s0, mask, factors, carries, inputs, out, last, gates, input_weight, *weights = \
+            ctx.saved_tensors
+        _, T, B, n = inputs.shape
+        grad_pre = WORKSPACE.take(factors, *factors.shape)
+        factor_of = factors.view(L * T, B, 2, n).unbind(0)
+        grad_of = grad_pre.view(L * T, B, 2, n).unbind(0)
+        carry_of = carries.unbind(0)
+        back = [Linear(w.t(), B) for w in weights[:L]]
+        if hsg:
+            w_r, w_f = weights[L:L + 2]
+            gate_state, gate_new = Linear(w_r.t(), B), Linear(w_f.t(), B)
+            s_hat_prev = torch.cat([s0.unsqueeze(0), out[:-1]])
+            gate_factor = (s_hat_prev - last) * gates * (1 - gates)
+            grad_gate = torch.empty_like(gates)
+            keep_gate = 1 - gates
+        grad_outs = grad_out.unbind(0)
+        carry = None
+        for step in reversed(range(T)):
+            g = grad_outs[step] if carry is None else grad_outs[step] + carry
+            if hsg:
+                da = torch.mul(g, gate_factor[step], out=grad_gate[step])
+                carry_hat = torch.addcmul(gate_state(da), g, gates[step])
+                g = torch.addcmul(gate_new(da), g, keep_gate[step])
+            for layer in reversed(range(L)):
+                k = layer * T + step
+                da = torch.mul(factor_of[k], g.unsqueeze(1), out=grad_of[k])
+                m = back[layer](da.view(B, 2 * n), other=mask, op="mul")
+                g = torch.addcmul(m, g, carry_of[k])
+            carry = carry_hat.add_(g) if hsg else g
+        grad_flat, layer_inputs = grad_pre.view(L, T * B, 2 * n), inputs.view(L, T * B, n)
+        grad_x = None
+        if ctx.needs_input_grad[0]:
+            grad_x = linear(grad_flat[0], input_weight.t()).view(T, B, -1)
+        grad_w = [weight_grad(grad_flat[layer], layer_inputs[layer]) for layer in range(L)]
+        grads = [grad_x, carry, None, None, None, weight_grad(grad_flat[0], x.reshape(T * B, -1)),
+                 *grad_w, *grad_flat.sum(1).unbind(0)]
+        if hsg:
+            grad_gate = grad_gate.view(T * B, n)
+            grads += [weight_grad(grad_gate, s_hat_prev.view(T * B, n)),
+                      weight_grad(grad_gate, last.view(T * B, n)), grad_gate.sum(0)]
+        WORKSPACE.give(grad_pre)
+        return tuple(grads)
 
 
 class RHN(nn.Module):
@@ -56,9 +189,21 @@ class RHN(nn.Module):
                 gates.append(t)
         return s
 
+    def fused(self, x: torch.Tensor, s: torch.Tensor, hsg=()) -> torch.Tensor:
+        """Outputs of the whole sequence through `RHNLoop`, with the dropout masks drawn
+        as `project_input` and `state_mask` draw them."""
+        mask_i = variational_mask(self.drop_i, (x.shape[1], self.input_size), x, self.training)
+        mask_h = self.state_mask(x.shape[1], x)
+        params = [lin.weight for lin in self.recurrent] + [lin.bias for lin in self.recurrent]
+        return RHNLoop.apply(apply_mask(x, mask_i), s, mask_h, self.depth, bool(hsg),
+                             self.input_weight, *params, *hsg)
+
     def forward(self, x: torch.Tensor, state: torch.Tensor | None = None, gates=None):
         batch = x.shape[1]
         s = self.initial_state(batch, x) if state is None else state
+        if gates is None:
+            outputs = self.fused(x, s)
+            return outputs, outputs[-1]
         projected, mask_h = self.project_input(x), self.state_mask(batch, x)
         outputs = []
         for t in range(x.shape[0]):
@@ -89,6 +234,10 @@ class HSG(nn.Module):
                 hsg_gates=None):
         batch = x.shape[1]
         s_hat = self.rhn.initial_state(batch, x) if state is None else state
+        if gates is None and hsg_gates is None:
+            gate = (self.gate_state.weight, self.gate_new.weight, self.gate_new.bias)
+            outputs = self.rhn.fused(x, s_hat, gate)
+            return outputs, outputs[-1]
         projected, mask_h = self.rhn.project_input(x), self.rhn.state_mask(batch, x)
         outputs = []
         for t in range(x.shape[0]):

@@ -1,0 +1,141 @@
+"""Recurrent layer speed: naive cell vs our layer vs nn.LSTM at equal parameter count.
+
+For each shape and arch, times forward + backward of the three, interleaved round by round in
+one run (the machine is noisy), and reports ratios of median times; then tokens per second of
+one full JSB and one ptb-sample training epoch through rhnsearch.train.Trainer. Prints a table
+and, last, one JSON line with "shapes", "rhn_over_lstm", "naive_over_rhn" (one ratio per
+shape) and the same for every arch.
+
+    python benchmarks/layer_speed.py [--data-dir ../shared/data] [--rounds 15]
+"""
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from naive_cells import naive_like  # noqa: E402
+
+from rhnsearch.budget import count_params, layer_params, solve_width  # noqa: E402
+from rhnsearch.data import load_dataset  # noqa: E402
+from rhnsearch.models import HSG, LAYERS, RHN  # noqa: E402
+from rhnsearch.models import kernels  # noqa: E402
+from rhnsearch.train import Trainer, TrialConfig  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SHAPES = [dict(T=64, B=32, F=88, width=256, depth=6), dict(T=35, B=20, F=256, width=512, depth=4)]
+ARCHS = ["rhn", "hsg", "dtrnn", "dtsrnn"]
+
+
+def lstm_hidden(params: int, input_size: int) -> int:
+    """The largest nn.LSTM hidden size with at most `params` parameters."""
+    n = 1
+    while layer_params("lstm", 1, n + 1, input_size) <= params:
+        n += 1
+    return n
+
+
+def make_layer(arch: str, shape: dict) -> torch.nn.Module:
+    """Our layer, initialised as build_model does (uniform 0.04, gate biases -2 / -2.5)."""
+    layer = LAYERS[arch](shape["F"], shape["width"], shape["depth"])
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.uniform_(-0.04, 0.04)
+    if isinstance(layer, HSG):
+        layer.set_gate_bias(-2.5)
+    rhn = layer.rhn if isinstance(layer, HSG) else layer
+    if isinstance(rhn, RHN):
+        rhn.set_transform_bias(-2.0)
+    return layer
+
+
+def time_layers(shape: dict, arch: str, rounds: int) -> dict:
+    """Median seconds of forward + backward for naive, ours and lstm, interleaved."""
+    ours = make_layer(arch, shape)
+    hidden = lstm_hidden(layer_params(arch, shape["depth"], shape["width"], shape["F"]),
+                         shape["F"])
+    layers = {"naive": naive_like(ours), "ours": ours,
+              "lstm": torch.nn.LSTM(shape["F"], hidden)}
+    x = torch.randn(shape["T"], shape["B"], shape["F"], requires_grad=True)
+
+    def run(layer):
+        out = layer(x)[0]
+        out.sum().backward()
+
+    times = {name: [] for name in layers}
+    for name, layer in layers.items():  # warm-up
+        run(layer)
+    for _ in range(rounds):
+        for name, layer in layers.items():
+            start = time.perf_counter()
+            run(layer)
+            times[name].append(time.perf_counter() - start)
+    medians = {name: statistics.median(t) for name, t in times.items()}
+    medians["lstm_hidden"] = hidden
+    return medians
+
+
+def epoch_speed(data_dir: Path) -> dict:
+    """Training tokens per second of one full epoch (JSB: one token = one chorale time step)."""
+    runs = {"jsb": dict(dataset="jsb", width=256, depth=6, batch_size=32),
+            "ptb-sample": dict(dataset="ptb-sample", width=512, depth=4, batch_size=20,
+                               bptt=35)}
+    speeds = {}
+    for dataset, options in runs.items():
+        data = load_dataset(dataset, data_dir, allow_fetch=False)
+        for arch in ("rhn", "lstm"):
+            config = dict(options, arch=arch, epochs=1, lr=0.1, drop_i=0.25, drop_o=0.25,
+                          drop_h=0.25 if arch == "rhn" else 0.0)
+            if arch == "lstm":  # the same parameter count as the RHN
+                task = TrialConfig(**config).task
+                vocab = len(data.vocab) if task == "ptb" else 0
+                budget = count_params(task, "rhn", options["depth"], options["width"],
+                                      vocab_size=vocab)
+                config.update(depth=1, width=solve_width(budget, task, "lstm", 1,
+                                                         vocab_size=vocab))
+            trainer = Trainer(TrialConfig(**config), data)
+            start = time.perf_counter()
+            _, _, _, tokens = trainer.train_epoch()
+            speeds[f"{dataset}_{arch}"] = tokens / (time.perf_counter() - start)
+    return speeds
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"))
+    parser.add_argument("--rounds", type=int, default=15, help="timed rounds per shape/arch")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--no-epochs", action="store_true", help="skip the epoch timings")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    print(f"torch {torch.__version__}, {args.threads} threads, oneDNN products: {kernels.ONEDNN}")
+    print(f"{'shape (T,B,F,n,L)':<22}{'arch':<8}{'lstm n':>7}{'naive ms':>10}{'ours ms':>9}"
+          f"{'lstm ms':>9}{'ours/lstm':>11}{'naive/ours':>12}")
+    result = {"shapes": SHAPES}
+    for shape in SHAPES:
+        label = "{T},{B},{F},{width},{depth}".format(**shape)
+        for arch in ARCHS:
+            m = time_layers(shape, arch, args.rounds)
+            over_lstm, naive_over = m["ours"] / m["lstm"], m["naive"] / m["ours"]
+            result.setdefault(f"{arch}_over_lstm", []).append(round(over_lstm, 3))
+            result.setdefault(f"naive_over_{arch}", []).append(round(naive_over, 3))
+            result.setdefault(f"naive_{arch}_over_lstm", []).append(
+                round(m["naive"] / m["lstm"], 3))
+            print(f"{label:<22}{arch:<8}{m['lstm_hidden']:>7}{m['naive'] * 1e3:>10.1f}"
+                  f"{m['ours'] * 1e3:>9.1f}{m['lstm'] * 1e3:>9.1f}{over_lstm:>11.2f}"
+                  f"{naive_over:>12.2f}", flush=True)
+    if not args.no_epochs:
+        speeds = epoch_speed(Path(args.data_dir))
+        for name, speed in speeds.items():
+            print(f"training epoch {name}: {speed:,.0f} tokens/s")
+        result["tokens_per_sec"] = {k: round(v, 1) for k, v in speeds.items()}
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""Matrix products and reusable buffers for the fused recurrent loops.
+
+On CPU, oneDNN's product (`torch.ops.mkldnn._linear_pointwise`) is 1.5-3x faster here than
+`torch.addmm` / `torch.mm` (MKL) for the recurrent layers' shapes, all the more with the
+weight packed once per call for the per-step products (`_reorder_linear_weight`). It costs
+about 10 us more per call, so products under MIN_MACS multiply-adds stay on torch.addmm, as
+does everything on CUDA, in float64, on builds without oneDNN, or with `ONEDNN = False`.
+"""
+import collections
+import math
+import threading
+import weakref
+
+import torch
+from torch.nn import functional as F
+
+ONEDNN = (torch.backends.mkldnn.is_available()
+          and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+          and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+MIN_MACS = 1 << 20  # measured break-even: batch 32, 128 -> 256 units
+
+
+def _onednn(t: torch.Tensor, macs: int) -> bool:
+    return ONEDNN and t.device.type == "cpu" and t.dtype == torch.float32 and macs >= MIN_MACS
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias=None) -> torch.Tensor:
+    """x @ weight.T (+ bias) for 2-D x, as one product (operands may be transposed views)."""
+    if _onednn(x, x.shape[0] * weight.numel()):
+        return torch.ops.mkldnn._linear_pointwise.default(x, weight, bias, "none", [], "")
+    return F.linear(x, weight, bias)
+
+
+def weight_grad(grad: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
+    """grad.T @ inputs for (N, out) and (N, in): the gradient of a linear map's weight.
+
+    The product's left operand gets copied to row-major: make that the narrower one.
+    """
+    if inputs.shape[1] < grad.shape[1]:
+        return linear(inputs.t(), grad.t()).t()
+    return linear(grad.t(), inputs.t())
+
+
+class Linear:
+    """Many products x @ weight.T with the same weight and batch size (see __call__)."""
+
+    def __init__(self, weight: torch.Tensor, batch: int):
+        self.onednn = _onednn(weight, batch * weight.numel())
+        if self.onednn:
+            self.weight = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), batch)
+        else:
+            self.weight = weight.t()
+
+    def __call__(self, x, bias=None, other=None, act: str = "none", op: str = "add"):
+        """(x @ weight.T + bias) `op` other, op "add" or "mul", then the activation."""
+        if self.onednn:
+            if other is None:
+                return torch.ops.mkldnn._linear_pointwise.default(x, self.weight, bias, act,
+                                                                   [], "")
+            y = torch.ops.mkldnn._linear_pointwise.binary(x, other, self.weight, bias, op)
+        elif other is not None and op == "add":
+            y = torch.addmm(other, x, self.weight)
+            if bias is not None:
+                y += bias
+        else:
+            y = torch.mm(x, self.weight) if bias is None else torch.addmm(bias, x, self.weight)
+            if other is not None:
+                y *= other
+        return y if act == "none" else getattr(y, act + "_")()
+
+
+class Workspace:
+    """Flat buffers handed out as (views of) arrays and given back when done with.
+
+    A fused loop needs a few (L, T, B, n) arrays per call. Fresh ones cost page faults on
+    every call (the C allocator hands big freed blocks back to the OS): about a fifth of a
+    training step here. `give` may run from a garbage-collection callback at any moment
+    (see `give_when_freed`), so it only queues; `take` files the queue under its lock.
+    """
+
+    def __init__(self, keep: int = 16):
+        self.keep, self.free, self.returned = keep, [], collections.deque()
+        self.lock = threading.Lock()
+
+    def take(self, like: torch.Tensor, *shape: int) -> torch.Tensor:
+        """An uninitialised array of `shape`, with `like`'s dtype and device."""
+        numel, buf = math.prod(shape), None
+        with self.lock:
+            while self.returned:
+                self.free.append(self.returned.popleft())
+            self.free.sort(key=torch.Tensor.numel)
+            del self.free[:-self.keep]
+            for i, b in enumerate(self.free):  # the smallest that fits
+                if b.numel() >= numel and b.dtype == like.dtype and b.device == like.device:
+                    buf = self.free.pop(i)
+                    break
+        if buf is None:
+            buf = like.new_empty(numel)
+        return buf[:numel].view(shape)
+
+    def give(self, *arrays):
+        """Return arrays from `take` (None is skipped)."""
+        self.returned.extend(a._base for a in arrays if a is not None)
+
+    def give_when_freed(self, owner, *arrays):
+        """Return the arrays once `owner` (an autograd ctx: its graph) is garbage."""
+        weakref.finalize(owner, self.give, *arrays)
+
+
+WORKSPACE = Workspace()
