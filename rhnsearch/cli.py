@@ -168,7 +168,12 @@ def _add_analyze(sub):
     add_analyze(sub)
 
 
-COMMANDS = [add_train, add_budget, add_data, _add_sweep, _add_analyze, add_ui]
+def _add_results(sub):
+    from .results.cli import add_results
+    add_results(sub)
+
+
+COMMANDS = [add_train, add_budget, add_data, _add_sweep, _add_analyze, _add_results, add_ui]
 
 
 def build_parser() -> argparse.ArgumentParser:

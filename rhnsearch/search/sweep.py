@@ -237,6 +237,8 @@ def finish(tuner, state: dict) -> dict:
         client.log_batch(parent, metrics=[
             Metric(k, float(v), now, 0) for k, v in summary.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool)])
+        from ..results.plots import log_sweep_plots
+        log_sweep_plots(client, state["experiment_id"], parent)
         client.set_terminated(parent, "FINISHED")
     return summary
 

@@ -1,0 +1,230 @@
+"""The papers' figures from one sweep's MLflow runs (PNG or SVG), and their logging as
+artifacts of the sweep's parent run."""
+import logging
+import tempfile
+import warnings
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.transforms import blended_transform_factory
+
+from ..errors import UserError
+from . import arch_label, arch_order, published, store
+from .export import atomic, check_out
+from .tables import best_per_cell, check_study, finished, sweep_dataset
+
+log = logging.getLogger("rhnsearch")
+PLOT_OUT = (".png", ".svg")
+DEFAULT_EXPERIMENT = {"swarm": "jsb_optimization", "depth": "ptb_budget", "hsg": "ptb_hsg"}
+STUDY_PLOTS = {"jsb_optimization": ("swarm", "curves"), "ptb_budget": ("depth", "curves"),
+               "ptb_hsg": ("hsg", "curves")}
+DODGE_WIDTH = 0.8  # seaborn's default width of a dodged category
+
+
+def _title(sweep: pd.Series, trials: pd.DataFrame, what: str) -> str:
+    return (f"{what}\n{sweep_dataset(trials)} · sweep {sweep['sweep']} · preset "
+            f"{sweep['preset']} · {len(trials)} trials")
+
+
+def _unit(trials: pd.DataFrame) -> str:
+    return "nats per time step" if set(trials["params.dataset"]) == {"jsb"} else \
+        "nats per word"
+
+
+def swarm(sweep: pd.Series, trials: pd.DataFrame, metric: str = "train_loss") -> Figure:
+    """RHN paper Figure 4: one point per random setting, x = recurrence depth, one swarm per
+    architecture; diverged settings drawn as crosses above a dashed line, and counted."""
+    loss = trials[f"metrics.{metric}"]
+    ok = finished(trials, metric)
+    diverged = trials["status"].eq("diverged")
+    depths = sorted(trials["params.depth"].unique())
+    archs = sorted(trials["params.arch"].unique(), key=arch_order)
+    labels = [arch_label(a) for a in archs]
+    colors = dict(zip(archs, sns.color_palette("colorblind", len(archs))))
+    fig = Figure(figsize=(8, 5.2), layout="constrained")
+    ax = fig.add_subplot()
+    points = trials[ok].assign(arch=trials["params.arch"].map(arch_label),
+                               loss=loss, depth=trials["params.depth"].astype(int))
+    if not points.empty:
+        with warnings.catch_warnings():  # dense swarms: some points overlap, that is fine
+            warnings.simplefilter("ignore", UserWarning)
+            sns.swarmplot(data=points, x="depth", y="loss", hue="arch", order=depths,
+                          hue_order=labels, dodge=True, size=5, ax=ax, legend=False,
+                          palette=[colors[a] for a in archs])
+        hollow_stopped(ax, points.loc[points["status"] == "stopped", "loss"])
+    finite = loss[ok]
+    low, high = (finite.min(), finite.max()) if len(finite) else (0.0, 1.0)
+    top = high + 0.12 * max(high - low, 1e-6 + abs(high) * 0.1)
+    band = DODGE_WIDTH / len(archs)
+    for (arch, depth), group in trials[diverged].groupby(["params.arch", "params.depth"]):
+        center = depths.index(depth) - DODGE_WIDTH / 2 + band * (archs.index(arch) + 0.5)
+        xs = center + np.linspace(-band / 3, band / 3, len(group) + 2)[1:-1]
+        ax.scatter(xs, [top] * len(group), marker="X", s=70, color=colors[arch],
+                   edgecolor="black", linewidth=0.6, zorder=3)
+    ax.axhline((high + top) / 2, color="grey", linestyle="--", linewidth=0.8)
+    ax.text(0.01, (high + top) / 2, "diverged ↑", va="bottom", fontsize=8, color="dimgrey",
+            transform=blended_transform_factory(ax.transAxes, ax.transData))
+    ax.set_xticks(range(len(depths)), depths)
+    ax.set_xlim(-0.5, len(depths) - 0.5)
+    ax.set_ylim(low - 0.05 * (top - low), top + 0.08 * (top - low))
+    ax.set_xlabel("recurrence depth")
+    ax.set_ylabel(f"{metric} reached ({_unit(trials)})")
+    handles = [Line2D([], [], marker="o", linestyle="", color=colors[a],
+                      label=f"{arch_label(a)}: {int(diverged[trials['params.arch'] == a].sum())}"
+                      f" of {int((trials['params.arch'] == a).sum())} diverged")
+               for a in archs]
+    handles += [Line2D([], [], marker="o", linestyle="", color="white", markeredgecolor="black",
+                       label="hollow: stopped early by ASHA"),
+                Line2D([], [], marker="X", linestyle="", color="white", markeredgecolor="black",
+                       label=f"diverged (at top): {int(diverged.sum())} of {len(trials)}")]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.06, 1), fontsize=8,
+              frameon=False)
+    counts = trials["status"].value_counts()
+    notes = ", ".join(f"{n} {'stopped early' if s == 'stopped' else s}"
+                      for s, n in counts.items() if s != "diverged")
+    ax.set_title(_title(sweep, trials, f"Loss each random setting reached ({notes})"),
+                 fontsize=10)
+    return fig
+
+
+def hollow_stopped(ax, stopped_losses: pd.Series):
+    """Draw the swarm's points of trials stopped early as rings (the swarm moves points
+    sideways only, so a point is known by its loss)."""
+    for collection in ax.collections:
+        ys = collection.get_offsets()[:, 1]
+        if not len(ys):
+            continue
+        face = np.repeat(collection.get_facecolors()[:1], len(ys), axis=0)
+        edge = face.copy()
+        face[np.isin(ys, stopped_losses.to_numpy())] = (1, 1, 1, 1)
+        collection.set_facecolors(face)
+        collection.set_edgecolors(edge)
+        collection.set_linewidths(1.2)
+
+
+def depth_curves(sweep: pd.Series, trials: pd.DataFrame, study: str) -> Figure:
+    """Perplexity vs recurrence depth, best valid and test side by side, measured (solid) and
+    published on PTB (dashed): ptb_budget untied/WT (RHN paper Fig. 5a, authors' README),
+    ptb_hsg with/without HSG (HSG paper Table 1). Log scale: the presets differ by orders."""
+    if study == "ptb_budget":
+        key, groups, pub, source = "params.tied", [(False, "untied", ""), (True, "WT", "_wt")], \
+            published.PTB_BUDGET, published.RHN_PAPER
+    else:
+        key, groups, pub, source = "params.arch", [("rhn", "w/o HSG", ""),
+                                                   ("hsg", "w/ HSG", "_hsg")], \
+            published.PTB_HSG, published.HSG_PAPER
+    cells = best_per_cell(trials, key)
+    ds = sweep_dataset(trials)
+    fig = Figure(figsize=(11, 4.8), layout="constrained")
+    axes = fig.subplots(1, 2, sharey=True)
+    colors = sns.color_palette("colorblind", len(groups))
+    for ax, column, name in zip(axes, ("valid", "test"), ("best valid", "test")):
+        for color, (value, label, suffix) in zip(colors, groups):
+            mine = cells[cells["key"] == value].sort_values("depth")
+            ax.plot(mine["depth"], mine[column], "o-", color=color,
+                    label=f"{label}, {ds} (measured)")
+            ax.plot(pub.index, pub[column + suffix], "s--", color=color, mfc="none",
+                    label=f"{label}, PTB (published)")
+            bad = mine[mine["status"].isin(["diverged", "failed"])]
+            ax.scatter(bad["depth"], [0.97] * len(bad), marker="X", color=color, s=60,
+                       transform=blended_transform_factory(ax.transData, ax.transAxes))
+        ax.set_yscale("log")
+        ax.set_xlabel("recurrence depth")
+        ax.set_title(f"{name} perplexity", fontsize=10)
+        ax.set_xticks(sorted(set(cells["depth"]) | set(pub.index)))
+        ax.grid(alpha=0.3, which="both")
+    axes[0].set_ylabel("perplexity (log scale)")
+    missing = int(cells["test"].isna().sum())
+    axes[1].set_title(f"test perplexity\n({missing} of {len(cells)} measured cells have none: "
+                      "stopped early by ASHA, diverged (X at top) or failed)", fontsize=9)
+    axes[1].legend(fontsize=8, loc="upper right")
+    fig.suptitle(_title(sweep, trials, f"{study}: perplexity vs depth; published: {source}"),
+                 fontsize=10)
+    return fig
+
+
+def curves(sweep: pd.Series, trials: pd.DataFrame, exp: store.Experiment, top: int = 5,
+           metric: str = "valid_loss") -> Figure:
+    """METRIC per epoch of the TOP trials by best validation loss (not diverged)."""
+    best = trials[finished(trials, "best_valid_loss")].nsmallest(top,
+                                                                 "metrics.best_valid_loss")
+    if best.empty:
+        raise UserError(f"sweep {sweep['sweep']} has no trial with a finite validation loss "
+                        "to draw: every trial diverged, failed or is still running")
+    hist = store.history(exp, best)
+    fig = Figure(figsize=(8, 5), layout="constrained")
+    ax = fig.add_subplot()
+    for rank, (_, run) in enumerate(best.iterrows(), 1):
+        rows = hist[hist["run_id"] == run["run_id"]]
+        tied = " WT" if pd.notna(run.get("params.tied")) and run["params.tied"] else ""
+        ax.plot(rows["epoch"], rows[f"metrics.{metric}"], marker=".",
+                label=f"#{rank} {arch_label(run['params.arch'])} depth "
+                f"{run['params.depth']} width {run['params.width']}{tied} "
+                f"({run['trial_id']}, {run['status']}): best {run['metrics.best_valid_loss']:.4g}")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel(f"{metric} ({_unit(trials)})")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    ax.set_title(_title(sweep, trials, f"Learning curves of the top {len(best)} trials"),
+                 fontsize=10)
+    return fig
+
+
+def make(kind: str, exp: store.Experiment, sweep: str | None = None,
+         metric: str | None = None, top: int = 5) -> Figure:
+    """The figure KIND drawn from a sweep of EXP (default: its latest sweep)."""
+    chosen, trials = store.sweep_trials(exp, sweep)
+    metric = metric or ("train_loss" if kind == "swarm" else "valid_loss")
+    if f"metrics.{metric}" not in trials:
+        raise UserError(f"no metric {metric!r} in sweep {chosen['sweep']}: use one of "
+                        f"{', '.join(c[8:] for c in trials if c.startswith('metrics.'))}")
+    if kind == "swarm":
+        return swarm(chosen, trials, metric)
+    if kind == "curves":
+        return curves(chosen, trials, exp, top, metric)
+    study = {"depth": "ptb_budget", "hsg": "ptb_hsg"}[kind]
+    check_study(chosen, study)
+    return depth_curves(chosen, trials, study)
+
+
+def save(fig: Figure, path: Path):
+    """Save FIG to PATH (format from its extension), atomically; SVG text stays text."""
+    with atomic(path) as tmp, matplotlib.rc_context({"svg.fonttype": "none"}):
+        fig.savefig(tmp, format=path.suffix.lower()[1:], dpi=150)
+
+
+def plot(kind: str, out, experiment: str | None = None, tracking_uri: str | None = None,
+         sweep: str | None = None, metric: str | None = None, top: int = 5,
+         force: bool = False) -> Path:
+    """Draw the figure KIND from the store into OUT (.png or .svg)."""
+    path = check_out(out, PLOT_OUT, force)
+    if top < 1:
+        raise UserError(f"--top {top}: draw at least 1 trial")
+    if experiment is None and kind not in DEFAULT_EXPERIMENT:
+        raise UserError(f"`plot {kind}` needs --experiment NAME")
+    exp = store.open_experiment(experiment or DEFAULT_EXPERIMENT[kind], tracking_uri)
+    save(make(kind, exp, sweep, metric, top), path)
+    return path
+
+
+def log_sweep_plots(client, experiment_id: str, parent_run_id: str):
+    """Log the study's plots of a finished sweep as PNG artifacts (plots/) of its parent run.
+    Never raises: a plot that cannot be drawn is a warning, not a failed sweep."""
+    try:
+        parent = client.get_run(parent_run_id)
+        exp = store.Experiment(client.get_experiment(experiment_id).name, experiment_id,
+                               client.tracking_uri, client)
+        kinds = STUDY_PLOTS.get(parent.data.tags.get("study"), ("curves",))
+        with tempfile.TemporaryDirectory() as tmp:
+            for kind in kinds:
+                save(make(kind, exp, parent.data.tags.get("sweep")), Path(tmp) / f"{kind}.png")
+            client.log_artifacts(parent_run_id, tmp, "plots")
+    except Exception as exc:  # noqa: BLE001 - plots are a courtesy, the sweep has succeeded
+        log.warning("could not log the sweep's plots to MLflow run %s (%s: %s); draw them "
+                    "with `rhnsearch results plot`", parent_run_id, type(exc).__name__,
+                    str(exc).splitlines()[0][:200] if str(exc) else "")

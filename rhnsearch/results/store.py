@@ -1,0 +1,200 @@
+"""Read a study's MLflow runs in bulk into pandas: one row per trial, or one per trial and epoch.
+
+Runs come from MlflowClient.search_runs, 50,000 a page. Histories of a sqlite store come from
+one SELECT on its `metrics` table; of any other store (an MLflow server, another database),
+from get_metric_history per run and metric: 30x slower (benchmarks/export_speed.py).
+Columns follow mlflow.search_runs: ids and tags plain, then `params.*` and `metrics.*`.
+"""
+import json
+import sqlite3
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from mlflow.tracking import MlflowClient
+
+from ..errors import UserError
+from ..search.tracking import check_store, resolve_tracking_uri
+
+ID_COLUMNS = ["experiment", "sweep", "parent_run_id", "run_id", "run_name", "trial_id",
+              "status", "stopped_at_epoch", "run_status", "start_time", "end_time"]
+FIRST_PARAMS = ["study", "dataset", "preset", "arch", "depth", "width", "tied", "n_params"]
+FIRST_METRICS = ["epoch", "train_loss", "valid_loss", "best_valid_loss", "test_loss",
+                 "best_epoch"]
+SQL_MAX_FLOAT = 1.7976931348623157e308  # how MLflow's SQL stores +-inf
+
+
+@dataclass
+class Experiment:
+    """One MLflow experiment of a store, opened for reading."""
+    name: str
+    id: str
+    tracking_uri: str
+    client: MlflowClient
+
+
+def open_experiment(name: str, tracking_uri: str | None = None) -> Experiment:
+    """The experiment NAME of the store, or a one-line UserError if it is not there."""
+    uri = resolve_tracking_uri(tracking_uri)
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
+        raise UserError(f"no MLflow store at {uri.removeprefix('sqlite:///')}: run a sweep "
+                        "first, or pass --tracking-uri of an existing store")
+    check_store(uri)
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name(name)
+    if experiment is None:
+        known = sorted(e.name for e in client.search_experiments() if e.name != "Default")
+        raise UserError(f"no experiment {name!r} in {uri}: known experiments are "
+                        f"{', '.join(known) or 'none'} (pass one with --experiment)")
+    return Experiment(name, experiment.experiment_id, uri, client)
+
+
+def _search(exp: Experiment, filter_string: str) -> list:
+    runs, token = [], None
+    while True:
+        page = exp.client.search_runs([exp.id], filter_string, max_results=50000,
+                                      page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def sweeps(exp: Experiment) -> pd.DataFrame:
+    """The experiment's sweeps (parent runs), oldest first."""
+    rows = [{"sweep": r.data.tags.get("sweep", r.info.run_name), "run_id": r.info.run_id,
+             "study": r.data.tags.get("study"), "preset": r.data.tags.get("preset"),
+             "dataset": r.data.params.get("dataset"), "start_time": r.info.start_time,
+             "run_status": r.info.status}
+            for r in _search(exp, "tags.kind = 'sweep'")]
+    return pd.DataFrame(rows, columns=["sweep", "run_id", "study", "preset", "dataset",
+                                       "start_time", "run_status"]
+                        ).sort_values("start_time", kind="stable").reset_index(drop=True)
+
+
+def pick_sweep(exp: Experiment, name: str | None = None) -> pd.Series:
+    """The sweep NAME of the experiment, or its latest one."""
+    table = sweeps(exp)
+    if table.empty:
+        raise UserError(f"experiment {exp.name!r} has no sweeps yet: run one with "
+                        "`rhnsearch sweep run`")
+    if name is None:
+        return table.iloc[-1]
+    chosen = table[table["sweep"] == name]
+    if chosen.empty:
+        raise UserError(f"no sweep {name!r} in experiment {exp.name!r}: its sweeps are "
+                        f"{', '.join(table['sweep'])}")
+    return chosen.iloc[-1]
+
+
+def typed(values: pd.Series) -> pd.Series:
+    """MLflow params are strings: each column gets the narrowest type all its values fit
+    (Int64, float64, boolean, else str); missing values stay missing."""
+    present = values.dropna()
+    if present.empty:
+        return values.astype("str")
+    if present.isin(["True", "False"]).all():
+        return values.map({"True": True, "False": False}).astype("boolean")
+    numbers = pd.to_numeric(present, errors="coerce")
+    if numbers.notna().all():
+        if present.str.fullmatch(r"[+-]?\d+").all():
+            return pd.to_numeric(values).astype("Int64")
+        return pd.to_numeric(values).astype("float64")
+    return values.astype("str")
+
+
+def unclipped(values: pd.Series) -> pd.Series:
+    """MLflow's SQL stores keep +-inf as +-max float: turn them back into +-inf."""
+    return values.where(values.abs() < SQL_MAX_FLOAT, np.sign(values) * np.inf)
+
+
+def _ordered(names, first) -> list:
+    return [n for n in first if n in names] + sorted(set(names) - set(first))
+
+
+def trials(exp: Experiment, sweep: str | None = None) -> pd.DataFrame:
+    """One row per trial (child run) of the experiment, or of one sweep: ids, status tags,
+    typed params and the final value of every metric."""
+    query = "tags.mlflow.parentRunId != ''"
+    if sweep is not None:
+        query += f" and tags.sweep = '{sweep}'"
+    runs = _search(exp, query)
+    if not runs:
+        where = f"sweep {sweep!r} of experiment" if sweep else "experiment"
+        raise UserError(f"{where} {exp.name!r} has no trial runs: run a sweep into it "
+                        "first (`rhnsearch sweep run SPACE --experiment NAME`)")
+    ids, params, metrics = [], [], []
+    for run in runs:
+        tags = run.data.tags
+        ids.append({"experiment": exp.name, "sweep": tags.get("sweep"),
+                    "parent_run_id": tags.get("mlflow.parentRunId"),
+                    "run_id": run.info.run_id, "run_name": run.info.run_name,
+                    "trial_id": tags.get("trial_id"), "status": tags.get("status", "running"),
+                    "stopped_at_epoch": tags.get("stopped_at_epoch"),
+                    "run_status": run.info.status, "start_time": run.info.start_time,
+                    "end_time": run.info.end_time})
+        params.append(run.data.params)
+        metrics.append(run.data.metrics)
+    frame = pd.DataFrame(ids, columns=ID_COLUMNS)
+    for column in ("experiment", "sweep", "parent_run_id", "run_id", "run_name", "trial_id",
+                   "status", "run_status"):
+        frame[column] = frame[column].astype("str")
+    frame["stopped_at_epoch"] = pd.to_numeric(frame["stopped_at_epoch"]).astype("Int64")
+    for column in ("start_time", "end_time"):
+        frame[column] = pd.to_datetime(frame[column], unit="ms", utc=True)
+    params = pd.DataFrame(params)
+    params = params[_ordered(params.columns, FIRST_PARAMS)].apply(typed)
+    metrics = pd.DataFrame(metrics, dtype="float64").apply(unclipped)
+    metrics = metrics[_ordered(metrics.columns, FIRST_METRICS)]
+    frame = pd.concat([frame, params.add_prefix("params."), metrics.add_prefix("metrics.")],
+                      axis=1)
+    return frame.sort_values(["sweep", "trial_id"], kind="stable").reset_index(drop=True)
+
+
+def history(exp: Experiment, runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per trial and epoch (step) for the trials in RUNS: their ids and params, then
+    the metrics logged at that epoch (NaN where a metric was not logged at that epoch)."""
+    long = _history_sql(exp.tracking_uri, list(runs["run_id"])) \
+        if exp.tracking_uri.startswith("sqlite:///") else _history_client(exp, runs)
+    wide = long.drop_duplicates(["run_id", "step", "key"], keep="last").pivot(
+        index=["run_id", "step"], columns="key", values="value")
+    wide = wide[_ordered(wide.columns, FIRST_METRICS)].add_prefix("metrics.").reset_index()
+    wide = wide.rename(columns={"step": "epoch"}).astype({"epoch": "Int64"})
+    wide.columns.name = None
+    fixed = [c for c in runs.columns if not c.startswith("metrics.")]
+    out = runs[fixed].merge(wide, on="run_id", how="inner", validate="one_to_many")
+    return out.sort_values(["sweep", "trial_id", "epoch"], kind="stable").reset_index(
+        drop=True)
+
+
+def _history_sql(uri: str, run_ids: list) -> pd.DataFrame:
+    """(run_id, key, step, value) of the metrics of RUN_IDS in logging order, in one SELECT on
+    the sqlite file, read-only. The `epoch` metric is left out: it is the step."""
+    path = Path(uri.removeprefix("sqlite:///")).resolve()
+    with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
+        rows = db.execute("SELECT run_uuid, key, step, value, is_nan FROM metrics WHERE "
+                          "run_uuid IN (SELECT value FROM json_each(?)) AND key != 'epoch' "
+                          "ORDER BY timestamp", (json.dumps(run_ids),)).fetchall()
+    long = pd.DataFrame.from_records(rows, columns=["run_id", "key", "step", "value", "is_nan"])
+    long["value"] = unclipped(long["value"].astype("float64").where(long["is_nan"] == 0))
+    return long[["run_id", "key", "step", "value"]]
+
+
+def _history_client(exp: Experiment, runs: pd.DataFrame) -> pd.DataFrame:
+    """The same rows through the tracking API: one get_metric_history call per run and metric."""
+    keys = [c.removeprefix("metrics.") for c in runs.columns
+            if c.startswith("metrics.") and c != "metrics.epoch"]
+    rows = [(run_id, key, m.step, m.value) for run_id in runs["run_id"] for key in keys
+            for m in sorted(exp.client.get_metric_history(run_id, key),
+                            key=lambda m: m.timestamp)]
+    long = pd.DataFrame(rows, columns=["run_id", "key", "step", "value"])
+    long["value"] = unclipped(long["value"].astype("float64"))
+    return long
+
+
+def sweep_trials(exp: Experiment, sweep: str | None = None) -> tuple[pd.Series, pd.DataFrame]:
+    """The sweep NAME (default: the latest) of the experiment and its trials."""
+    chosen = pick_sweep(exp, sweep)
+    return chosen, trials(exp, chosen["sweep"])

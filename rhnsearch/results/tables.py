@@ -1,0 +1,147 @@
+"""The papers' tables from one sweep's MLflow runs, measured values next to the published ones."""
+import numpy as np
+import pandas as pd
+
+from ..errors import UserError
+from . import arch_label, arch_order, dataset_label, published, store
+from .export import check_out, markdown, write_frame
+
+STUDIES = ("jsb_optimization", "ptb_budget", "ptb_hsg")
+TABLE_OUT = (".md", ".tex", ".csv")
+FINISHED = ("completed", "stopped")
+
+
+def finished(trials: pd.DataFrame, metric: str) -> pd.Series:
+    """Trials that ended normally (completed, or stopped early by ASHA) with a finite METRIC."""
+    return trials["status"].isin(FINISHED) & np.isfinite(trials[f"metrics.{metric}"])
+
+
+def cell_status(run: pd.Series) -> str:
+    if run["status"] == "stopped":
+        return f"stopped at epoch {run['stopped_at_epoch']}"
+    return run["status"]
+
+
+def best_per_cell(trials: pd.DataFrame, key: str) -> pd.DataFrame:
+    """Per (KEY, depth): the trial with the best validation loss, as the authors chose (a
+    cell whose trials all diverged or failed keeps one of them, without perplexities)."""
+    ok = finished(trials, "best_valid_loss")
+    ranked = trials.assign(_bad=~ok).sort_values(["_bad", "metrics.best_valid_loss"])
+    best = ranked.groupby([key, "params.depth"], sort=True).head(1)
+    has_test = ok[best.index] & best["status"].eq("completed")
+    return pd.DataFrame({
+        "key": best[key], "depth": best["params.depth"], "width": best["params.width"],
+        "params": best["params.n_params"],
+        "valid": np.exp(best["metrics.best_valid_loss"]).where(ok[best.index]),
+        "test": np.exp(best["metrics.test_loss"]).where(has_test),
+        "status": best.apply(cell_status, axis=1)}).reset_index(drop=True)
+
+
+def check_study(sweep: pd.Series, study: str):
+    """A one-line error unless SWEEP ran STUDY's space."""
+    if sweep["study"] != study:
+        raise UserError(f"sweep {sweep['sweep']} ran the {sweep['study']} study, not {study}: "
+                        f"pass --experiment with the experiment of a {study} sweep")
+
+
+def sweep_dataset(trials: pd.DataFrame) -> str:
+    return dataset_label(", ".join(sorted(trials["params.dataset"].unique())))
+
+
+def ptb_budget(trials: pd.DataFrame) -> pd.DataFrame:
+    """The authors' README table: depth, units, params, best valid and test perplexity,
+    untied and WT, each measured column followed by the published one."""
+    ds, paper = sweep_dataset(trials), "PTB, paper"
+    cells = best_per_cell(trials, "params.tied")
+    untied = cells[~cells["key"].astype(bool)].set_index("depth")
+    tied = cells[cells["key"].astype(bool)].set_index("depth")
+    pub = published.PTB_BUDGET
+    depths = sorted(set(untied.index) | set(tied.index) | set(pub.index))
+    untied, tied, pub = (t.reindex(depths) for t in (untied, tied, pub))
+    return pd.DataFrame({
+        "depth": depths,
+        "units": untied["width"].fillna(tied["width"]).astype("Int64"),
+        "units (paper)": pub["units"].astype("Int64"),
+        "params": untied["params"].astype("Int64"),
+        f"valid ({ds})": untied["valid"], f"valid ({paper})": pub["valid"],
+        f"test ({ds})": untied["test"], f"test ({paper})": pub["test"],
+        "status": untied["status"],
+        "params WT": tied["params"].astype("Int64"),
+        f"valid WT ({ds})": tied["valid"], f"valid WT ({paper})": pub["valid_wt"],
+        f"test WT ({ds})": tied["test"], f"test WT ({paper})": pub["test_wt"],
+        "status WT": tied["status"]}).reset_index(drop=True)
+
+
+def ptb_hsg(trials: pd.DataFrame) -> pd.DataFrame:
+    """The HSG paper's Table 1: valid and test perplexity per depth, with and without HSG."""
+    ds, paper = sweep_dataset(trials), "PTB, paper"
+    cells = best_per_cell(trials, "params.arch")
+    hsg = cells[cells["key"] == "hsg"].set_index("depth")
+    rhn = cells[cells["key"] == "rhn"].set_index("depth")
+    pub = published.PTB_HSG
+    depths = sorted(set(hsg.index) | set(rhn.index) | set(pub.index))
+    hsg, rhn, pub = (t.reindex(depths) for t in (hsg, rhn, pub))
+    return pd.DataFrame({
+        "depth": depths, "width": rhn["width"].fillna(hsg["width"]).astype("Int64"),
+        f"valid w/ HSG ({ds})": hsg["valid"], f"valid w/ HSG ({paper})": pub["valid_hsg"],
+        f"valid w/o ({ds})": rhn["valid"], f"valid w/o ({paper})": pub["valid"],
+        f"test w/ HSG ({ds})": hsg["test"], f"test w/ HSG ({paper})": pub["test_hsg"],
+        f"test w/o ({ds})": rhn["test"], f"test w/o ({paper})": pub["test"],
+        "status w/ HSG": hsg["status"], "status w/o": rhn["status"]}).reset_index(drop=True)
+
+
+def jsb_optimization(trials: pd.DataFrame, metric: str = "train_loss") -> pd.DataFrame:
+    """Per (arch, depth): settings tried, how each ended, best and median METRIC of the
+    settings that did not diverge or fail."""
+    rows = []
+    for (_, arch, depth), group in trials.assign(_order=trials["params.arch"].map(
+            arch_order)).groupby(["_order", "params.arch", "params.depth"]):
+        counts = group["status"].value_counts()
+        loss = group.loc[finished(group, metric), f"metrics.{metric}"]
+        rows.append({"arch": arch_label(arch), "depth": depth,
+                     "params": group["params.n_params"].iloc[0], "settings": len(group),
+                     "completed": counts.get("completed", 0),
+                     "stopped early": counts.get("stopped", 0),
+                     "diverged": counts.get("diverged", 0), "failed": counts.get("failed", 0),
+                     f"best {metric}": loss.min(), f"median {metric}": loss.median()})
+    return pd.DataFrame(rows).astype(
+        {"params": "Int64", "settings": "Int64", "completed": "Int64", "stopped early": "Int64",
+         "diverged": "Int64", "failed": "Int64"})
+
+
+def caption(study: str, sweep: pd.Series, trials: pd.DataFrame, metric: str) -> str:
+    ds = sweep_dataset(trials)
+    where = f"{study}, sweep {sweep['sweep']} (preset {sweep['preset']}, {len(trials)} trials)"
+    if study == "jsb_optimization":
+        return (f"{where}: {metric} in nats per time step on {ds}, per architecture and "
+                "recurrence depth; diverged settings are counted, not averaged.")
+    source = published.RHN_PAPER if study == "ptb_budget" else published.HSG_PAPER
+    return (f"{where}: best-valid and test perplexity measured on {ds}, next to the published "
+            f"numbers on full PTB ({source}); test is missing for cells stopped early.")
+
+
+def build(study: str, trials: pd.DataFrame, metric: str = "train_loss") -> pd.DataFrame:
+    if study == "jsb_optimization":
+        return jsb_optimization(trials, metric)
+    return {"ptb_budget": ptb_budget, "ptb_hsg": ptb_hsg}[study](trials)
+
+
+def table(study: str, experiment: str | None = None, tracking_uri: str | None = None,
+          sweep: str | None = None, out=None, force: bool = False,
+          metric: str = "train_loss") -> str:
+    """Build STUDY's table from a sweep of EXPERIMENT (default: the study's name); write it
+    to OUT (.md/.tex/.csv) or return it as Markdown."""
+    if study not in STUDIES:
+        raise UserError(f"unknown study {study!r}: use one of {', '.join(STUDIES)}")
+    path = check_out(out, TABLE_OUT, force) if out else None
+    exp = store.open_experiment(experiment or study, tracking_uri)
+    chosen, trials = store.sweep_trials(exp, sweep)
+    check_study(chosen, study)
+    if f"metrics.{metric}" not in trials:
+        raise UserError(f"no metric {metric!r} in sweep {chosen['sweep']}: use one of "
+                        f"{', '.join(c[8:] for c in trials if c.startswith('metrics.'))}")
+    frame, text = build(study, trials, metric), caption(study, chosen, trials, metric)
+    if path is None:
+        return markdown(frame, text)
+    write_frame(frame, path, caption=text)
+    return f"wrote {path} ({len(frame)} rows)"

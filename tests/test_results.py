@@ -1,0 +1,348 @@
+"""Exports, plots and tables read from the MLflow stores of the real smoke sweeps, each command
+run in a fresh process (`rhnsearch results ...`) and checked against the store itself."""
+import math
+import re
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+from mlflow.tracking import MlflowClient
+
+from conftest import SmokeSweep, rhnsearch_cli
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def jsb_diverging(sweeps_dir, data_dir) -> SmokeSweep:
+    """A small JSB sweep with learning rates up to 200 and loose clipping: settings diverge,
+    which the swarm plot must show (its own experiment, in the session's store)."""
+    sweep = SmokeSweep(sweeps_dir, "jsb_optimization", "smoke-jsb-diverging", data_dir,
+                       "--experiment", "jsb_diverging", "--set", "archs=[rhn, dtrnn]",
+                       "--set", "depths=[1, 6]", "--set", "params.lr={loguniform: [0.05, 200]}",
+                       "--set", "params.clip={loguniform: [1000, 10000]}", "--set", "samples=3",
+                       "--set", "fixed.epochs=3")
+    sweep.experiment = "jsb_diverging"
+    return sweep
+
+
+def results(sweep: SmokeSweep, *args, check=True):
+    """`rhnsearch results ARGS` in a fresh process, on the sweep's store."""
+    return rhnsearch_cli("results", *args, "--tracking-uri", sweep.tracking_uri,
+                         cwd=sweep.cwd, check=check)
+
+
+def svg_texts(path) -> list[str]:
+    """The text of an SVG drawn by `results plot` (its text is kept as text)."""
+    return ["".join(t.itertext())
+            for t in ET.parse(path).iter("{http://www.w3.org/2000/svg}text")]
+
+
+def md_table(text: str) -> pd.DataFrame:
+    """The Markdown table printed by `results table`, as strings."""
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")]
+            for line in text.splitlines() if line.startswith("|")]
+    return pd.DataFrame(rows[2:], columns=rows[0])
+
+
+def one_line_error(proc, *words):
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("rhnsearch: error: "), proc.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+# -- export ---------------------------------------------------------------------------------
+def test_export_writes_one_row_per_trial_in_every_format(jsb_smoke, tmp_path):
+    runs = {r.info.run_id: r for r in jsb_smoke.child_runs()}
+    for suffix in (".parquet", ".csv", ".md", ".tex"):
+        results(jsb_smoke, "export", "--experiment", "jsb_optimization", "--out",
+                tmp_path / f"trials{suffix}")
+    frame = pd.read_parquet(tmp_path / "trials.parquet")
+    table = pq.read_table(tmp_path / "trials.parquet")
+    assert len(frame) == table.num_rows == len(runs) == jsb_smoke.summary["trials"]
+    assert set(frame["run_id"]) == set(table.column("run_id").to_pylist()) == set(runs)
+    # the schema keeps the types: ints, floats, booleans, strings, UTC timestamps
+    assert str(frame["params.depth"].dtype) == "Int64"
+    assert str(frame["params.tied"].dtype) == "boolean"
+    assert frame["params.lr"].dtype == np.float64
+    assert str(table.schema.field("params.depth").type) == "int64"
+    assert str(table.schema.field("params.tied").type) == "bool"
+    assert str(table.schema.field("status").type) == "string"
+    assert str(table.schema.field("start_time").type) == "timestamp[us, tz=UTC]"
+    for _, row in frame.iterrows():
+        run = runs[row["run_id"]]
+        assert row["status"] == run.data.tags["status"]
+        assert row["trial_id"] == run.data.tags["trial_id"]
+        assert row["parent_run_id"] == run.data.tags["mlflow.parentRunId"]
+        assert row["params.depth"] == int(run.data.params["depth"])
+        assert row["params.lr"] == float(run.data.params["lr"])
+        for key, value in run.data.metrics.items():
+            assert row[f"metrics.{key}"] == value or math.isnan(value)
+        if row["status"] == "stopped":
+            assert row["stopped_at_epoch"] == int(run.data.tags["stopped_at_epoch"])
+    csv = pd.read_csv(tmp_path / "trials.csv")
+    assert list(csv["run_id"]) == list(frame["run_id"])
+    assert np.allclose(csv["metrics.best_valid_loss"], frame["metrics.best_valid_loss"])
+    md = (tmp_path / "trials.md").read_text().splitlines()
+    rows = [line for line in md if line.startswith("| ")]
+    assert len(rows) == 2 + len(frame) and "params.arch" in rows[0]  # header, rule, trials
+    assert all(any(r in line for line in rows) for r in runs)
+    tex = (tmp_path / "trials.tex").read_text()
+    assert r"\begin{tabular}" in tex and r"params.n\_params" in tex
+    assert tex.count(r" \\") == len(frame) + 1
+
+
+def test_export_history_has_every_epoch_of_every_trial(jsb_smoke, tmp_path):
+    client = jsb_smoke.client()
+    out = tmp_path / "history.parquet"
+    results(jsb_smoke, "export", "--experiment", "jsb_optimization", "--history", "--out", out)
+    frame = pd.read_parquet(out)
+    assert pq.read_table(out).num_rows == len(frame)
+    expected = 0
+    for run in jsb_smoke.child_runs():
+        rows = frame[frame["run_id"] == run.info.run_id].sort_values("epoch")
+        history = sorted(client.get_metric_history(run.info.run_id, "train_loss"),
+                         key=lambda m: m.step)
+        expected += len(history)
+        assert list(rows["epoch"]) == [m.step for m in history]
+        assert np.allclose(rows["metrics.train_loss"], [m.value for m in history],
+                           equal_nan=True)
+        assert (rows["params.arch"] == run.data.params["arch"]).all()
+        tested = rows["metrics.test_loss"].notna()
+        if run.data.tags["status"] == "completed":  # test loss on the last epoch only
+            assert list(tested) == [False] * (len(rows) - 1) + [True]
+        else:
+            assert not tested.any()
+    assert len(frame) == expected
+
+
+def test_export_errors_are_one_line_and_nothing_is_overwritten(jsb_smoke, tmp_path):
+    one_line_error(results(jsb_smoke, "export", "--experiment", "no_such_study", "--out",
+                           tmp_path / "x.csv", check=False), "no_such_study",
+                   "jsb_optimization")
+    empty_store = f"sqlite:///{tmp_path / 'empty.db'}"
+    MlflowClient(empty_store).create_experiment("empty_study")
+    proc = rhnsearch_cli("results", "export", "--experiment", "empty_study", "--tracking-uri",
+                         empty_store, "--out", tmp_path / "x.csv", cwd=tmp_path, check=False)
+    one_line_error(proc, "empty_study", "no trial runs")
+    one_line_error(results(jsb_smoke, "export", "--experiment", "jsb_optimization", "--out",
+                           tmp_path / "x.xlsx", check=False), ".parquet")
+    out = tmp_path / "kept.csv"
+    out.write_text("precious\n")
+    one_line_error(results(jsb_smoke, "export", "--experiment", "jsb_optimization", "--out",
+                           out, check=False), "--force")
+    assert out.read_text() == "precious\n"
+    results(jsb_smoke, "export", "--experiment", "jsb_optimization", "--out", out, "--force")
+    assert len(pd.read_csv(out)) == jsb_smoke.summary["trials"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.db", "kept.csv"]
+
+
+# -- plots ----------------------------------------------------------------------------------
+def test_swarm_draws_every_setting_and_diverged_ones_at_the_top(jsb_smoke, jsb_diverging,
+                                                                tmp_path):
+    from rhnsearch.results import plots, store
+
+    for sweep in (jsb_smoke, jsb_diverging):
+        experiment, runs = sweep.experiment, sweep.child_runs()
+        diverged = sum(r.data.tags["status"] == "diverged" for r in runs)
+        drawn = [r for r in runs if r.data.tags["status"] in ("completed", "stopped")]
+        for suffix in (".png", ".svg"):
+            results(sweep, "plot", "swarm", "--experiment", experiment, "--out",
+                    tmp_path / f"{experiment}{suffix}")
+        assert (tmp_path / f"{experiment}.png").read_bytes()[:8] == PNG_MAGIC
+        texts = svg_texts(tmp_path / f"{experiment}.svg")
+        assert f"diverged (at top): {diverged} of {len(runs)}" in texts
+        assert "JSB Chorales" in " ".join(texts) and "RHN" in " ".join(texts)
+
+        chosen, trials = store.sweep_trials(store.open_experiment(experiment,
+                                                                  sweep.tracking_uri))
+        ax = plots.swarm(chosen, trials).axes[0]
+        points = np.concatenate([c.get_offsets() for c in ax.collections
+                                 if c.get_offsets().size and c.get_paths()])
+        crosses = [c for c in ax.collections if len(c.get_offsets()) and
+                   c.get_offsets()[:, 1].min() > max(r.data.metrics["train_loss"]
+                                                     for r in drawn)]
+        assert len(points) == len(drawn) + diverged
+        assert sum(len(c.get_offsets()) for c in crosses) == diverged
+    assert diverged > 0  # the diverging sweep has the finding to show
+
+
+def test_depth_plot_overlays_the_published_curve_and_names_ptb_sample(ptb_budget_smoke,
+                                                                      tmp_path):
+    from rhnsearch.results import plots, published, store
+
+    out = tmp_path / "depth.svg"
+    results(ptb_budget_smoke, "plot", "depth", "--out", out)
+    results(ptb_budget_smoke, "plot", "depth", "--out", tmp_path / "depth.png")
+    assert (tmp_path / "depth.png").read_bytes()[:8] == PNG_MAGIC
+    texts = svg_texts(out)
+    measured = [t for t in texts if "(measured)" in t]
+    assert measured == ["untied, ptb-sample (measured)", "WT, ptb-sample (measured)"]
+    assert "untied, PTB (published)" in texts
+    assert not any(re.search(r"\bPTB\b", t) and "published" not in t and "paper" not in
+                   t.lower() and "Zilly" not in t for t in texts)
+
+    chosen, trials = store.sweep_trials(store.open_experiment("ptb_budget",
+                                                              ptb_budget_smoke.tracking_uri))
+    valid_ax = plots.depth_curves(chosen, trials, "ptb_budget").axes[0]
+    lines = {line.get_label(): line for line in valid_ax.get_lines()}
+    published_wt = lines["WT, PTB (published)"]
+    assert list(published_wt.get_ydata()) == list(published.PTB_BUDGET["valid_wt"])
+    for run in ptb_budget_smoke.child_runs():  # one trial per (depth, tied) cell
+        line = lines[("WT" if run.data.params["tied"] == "True" else "untied")
+                     + ", ptb-sample (measured)"]
+        at = list(line.get_xdata()).index(int(run.data.params["depth"]))
+        if run.data.tags["status"] in ("completed", "stopped"):
+            assert line.get_ydata()[at] == pytest.approx(
+                math.exp(run.data.metrics["best_valid_loss"]))
+
+
+def test_hsg_plot_overlays_table_1(ptb_hsg_smoke, tmp_path):
+    from rhnsearch.results import plots, published, store
+
+    out = tmp_path / "hsg.svg"
+    results(ptb_hsg_smoke, "plot", "hsg", "--out", out)
+    texts = svg_texts(out)
+    assert "w/ HSG, ptb-sample (measured)" in texts and "w/o HSG, PTB (published)" in texts
+    chosen, trials = store.sweep_trials(store.open_experiment("ptb_hsg",
+                                                              ptb_hsg_smoke.tracking_uri))
+    test_ax = plots.depth_curves(chosen, trials, "ptb_hsg").axes[1]
+    lines = {line.get_label(): line for line in test_ax.get_lines()}
+    assert list(lines["w/ HSG, PTB (published)"].get_ydata()) == list(
+        published.PTB_HSG["test_hsg"])
+    assert list(lines["w/ HSG, ptb-sample (measured)"].get_xdata()) == [10, 20, 30, 40]
+
+
+def test_curves_show_the_top_k_trials_valid_loss_per_epoch(jsb_smoke, tmp_path):
+    from rhnsearch.results import plots, store
+
+    results(jsb_smoke, "plot", "curves", "--experiment", "jsb_optimization", "--top", "3",
+            "--out", tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").read_bytes()[:8] == PNG_MAGIC
+    exp = store.open_experiment("jsb_optimization", jsb_smoke.tracking_uri)
+    chosen, trials = store.sweep_trials(exp)
+    lines = plots.curves(chosen, trials, exp, top=3).axes[0].get_lines()
+    client = jsb_smoke.client()
+    runs = sorted((r for r in jsb_smoke.child_runs()
+                   if r.data.tags["status"] in ("completed", "stopped")),
+                  key=lambda r: r.data.metrics["best_valid_loss"])[:3]
+    assert len(lines) == 3
+    for line, run in zip(lines, runs):
+        assert run.data.tags["trial_id"] in line.get_label()
+        history = sorted(client.get_metric_history(run.info.run_id, "valid_loss"),
+                         key=lambda m: m.step)
+        assert list(line.get_ydata()) == pytest.approx([m.value for m in history])
+
+
+def test_plot_errors_are_one_line(jsb_smoke, tmp_path):
+    one_line_error(results(jsb_smoke, "plot", "depth", "--experiment", "jsb_optimization",
+                           "--out", tmp_path / "d.png", check=False), "ptb_budget")
+    one_line_error(results(jsb_smoke, "plot", "swarm", "--out", tmp_path / "s.pdf",
+                           check=False), ".png")
+    one_line_error(results(jsb_smoke, "plot", "swarm", "--metric", "nope", "--out",
+                           tmp_path / "s.png", check=False), "nope", "train_loss")
+    assert not list(tmp_path.iterdir())
+
+
+# -- tables ---------------------------------------------------------------------------------
+def test_ptb_budget_table_puts_measured_next_to_published(ptb_budget_smoke, tmp_path):
+    text = results(ptb_budget_smoke, "table", "--study", "ptb_budget").stdout
+    table = md_table(text)
+    assert list(table.columns[:8]) == [
+        "depth", "units", "units (paper)", "params", "valid (ptb-sample)",
+        "valid (PTB, paper)", "test (ptb-sample)", "test (PTB, paper)"]
+    assert {"valid WT (ptb-sample)", "test WT (PTB, paper)", "status WT"} <= set(table.columns)
+    rows = table.set_index("depth")
+    assert list(rows.index) == [str(d) for d in range(1, 11)]
+    assert rows.loc["1", "units (paper)"] == "1275" and rows.loc["10", "test WT (PTB, paper)"] \
+        == "66"
+    for run in ptb_budget_smoke.child_runs():  # one trial per (depth, tied) cell
+        wt = " WT" if run.data.params["tied"] == "True" else ""
+        row = rows.loc[run.data.params["depth"]]
+        assert row[f"status{wt}"].split()[0] == run.data.tags["status"]
+        if run.data.tags["status"] in ("completed", "stopped"):
+            assert float(row[f"valid{wt} (ptb-sample)"]) == pytest.approx(
+                math.exp(run.data.metrics["best_valid_loss"]), rel=1e-3)
+        if run.data.tags["status"] == "completed":
+            assert float(row[f"test{wt} (ptb-sample)"]) == pytest.approx(
+                math.exp(run.data.metrics["test_loss"]), rel=1e-3)
+        assert row[f"params{wt}"] == run.data.params["n_params"]
+        if not wt:
+            assert row["units"] == run.data.params["width"]
+    for suffix in (".tex", ".csv", ".md"):
+        results(ptb_budget_smoke, "table", "--study", "ptb_budget", "--out",
+                tmp_path / f"t{suffix}")
+    csv = pd.read_csv(tmp_path / "t.csv")
+    assert list(csv.columns) == list(table.columns) and len(csv) == 10
+    assert r"valid (PTB, paper)" in (tmp_path / "t.tex").read_text()
+    assert (tmp_path / "t.md").read_text() == text
+
+
+def test_hsg_table_has_table_1_layout(ptb_hsg_smoke):
+    table = md_table(results(ptb_hsg_smoke, "table", "--study", "ptb_hsg").stdout)
+    assert list(table.columns[2:10]) == [
+        "valid w/ HSG (ptb-sample)", "valid w/ HSG (PTB, paper)", "valid w/o (ptb-sample)",
+        "valid w/o (PTB, paper)", "test w/ HSG (ptb-sample)", "test w/ HSG (PTB, paper)",
+        "test w/o (ptb-sample)", "test w/o (PTB, paper)"]
+    assert list(table["depth"]) == ["10", "20", "30", "40"]
+    assert list(table["valid w/ HSG (PTB, paper)"]) == ["67.5", "65.6", "64.8", "64.7"]
+    assert table.loc[0, "test w/o (PTB, paper)"] == "65.4"
+    assert set(table["width"]) == {r.data.params["width"] for r in ptb_hsg_smoke.child_runs()}
+
+
+def test_jsb_table_counts_settings_and_divergences(jsb_smoke, jsb_diverging):
+    for sweep in (jsb_smoke, jsb_diverging):
+        table = md_table(results(sweep, "table", "--study", "jsb_optimization",
+                                 "--experiment", sweep.experiment).stdout)
+        runs = sweep.child_runs()
+        assert table["settings"].astype(int).sum() == len(runs)
+        assert table["diverged"].astype(int).sum() == sum(
+            r.data.tags["status"] == "diverged" for r in runs)
+        for (arch, depth), row in table.set_index(["arch", "depth"]).iterrows():
+            code = {"RHN": "rhn", "DT-RNN": "dtrnn", "DT(S)-RNN": "dtsrnn"}[arch]
+            cell = [r for r in runs if r.data.params["arch"] == code
+                    and r.data.params["depth"] == depth]
+            assert int(row["settings"]) == len(cell)
+            losses = [r.data.metrics["train_loss"] for r in cell
+                      if r.data.tags["status"] in ("completed", "stopped")]
+            if losses:
+                assert float(row["best train_loss"]) == pytest.approx(min(losses), rel=1e-3)
+                assert float(row["median train_loss"]) == pytest.approx(
+                    float(np.median(losses)), rel=1e-3)
+
+
+def test_table_for_the_wrong_study_is_a_one_line_error(jsb_smoke):
+    one_line_error(results(jsb_smoke, "table", "--study", "ptb_budget", "--experiment",
+                           "jsb_optimization", check=False), "ptb_budget")
+
+
+# -- the sweep's own plots, and help ---------------------------------------------------------
+def test_finished_sweeps_log_their_plots_on_the_parent_run(jsb_smoke, ptb_budget_smoke,
+                                                           ptb_hsg_smoke):
+    for sweep, plots in ((jsb_smoke, {"swarm.png", "curves.png"}),
+                         (ptb_budget_smoke, {"depth.png", "curves.png"}),
+                         (ptb_hsg_smoke, {"hsg.png", "curves.png"})):
+        client = sweep.client()
+        experiment = client.get_experiment_by_name(sweep.experiment)
+        (parent,) = client.search_runs([experiment.experiment_id], "tags.kind = 'sweep'")
+        logged = {a.path.split("/")[-1] for a in client.list_artifacts(parent.info.run_id,
+                                                                       "plots")}
+        assert logged == plots
+        assert "could not log the sweep's plots" not in sweep.stderr
+
+
+def test_every_results_command_has_help(capsys):
+    from rhnsearch.cli import main
+
+    for args in (["results"], ["results", "export"], ["results", "plot"],
+                 *(["results", "plot", k] for k in ("swarm", "depth", "hsg", "curves")),
+                 ["results", "table"]):
+        with pytest.raises(SystemExit) as exit_:
+            main([*args, "--help"])
+        assert exit_.value.code == 0
+        text = capsys.readouterr().out
+        assert text.startswith("usage: rhnsearch") and "--" in text, args

@@ -1,0 +1,126 @@
+"""`rhnsearch ui` on the JSB smoke sweep's store, loaded in headless Chromium: the experiment,
+its sweep, the sweep's nested trial runs and its plots are on the pages a user opens.
+Screenshots are kept in $RHNSEARCH_TEST_ARTIFACTS (default results/test-artifacts/). The same
+server checks the export's HTTP path."""
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from urllib.parse import quote
+
+import pandas as pd
+import pytest
+
+from conftest import ROOT, rhnsearch_cli
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+ARTIFACTS = Path(os.environ.get("RHNSEARCH_TEST_ARTIFACTS", ROOT / "results" / "test-artifacts"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ui(jsb_smoke):
+    """`rhnsearch ui` on a free loopback port, serving the smoke sweeps' store."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "rhnsearch.cli", "ui", "--port", str(port),
+                             "--tracking-uri", jsb_smoke.tracking_uri], cwd=jsb_smoke.cwd,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=5) as answer:
+                    if answer.status == 200:
+                        break
+            except OSError:
+                pass
+            assert proc.poll() is None, f"rhnsearch ui exited: {proc.stderr.read()[-2000:]}"
+            assert time.monotonic() < deadline, "the MLflow UI did not answer in 240 s"
+            time.sleep(1)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)  # the ui command and the mlflow server it runs
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def page_text(url: str, screenshot: str, *expected: str) -> str:
+    """The rendered text of URL in headless Chromium (the MLflow UI is a React app: the DOM is
+    dumped after 15 s of virtual time); a screenshot is kept. Retried while text is missing."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    for _ in range(3):
+        with tempfile.TemporaryDirectory() as profile:
+            proc = subprocess.run(
+                [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
+                 f"--user-data-dir={profile}", "--window-size=1600,1000",
+                 "--virtual-time-budget=15000", f"--screenshot={ARTIFACTS / screenshot}",
+                 "--dump-dom", url], capture_output=True, text=True, timeout=180)
+        dom = re.sub(r"<script.*?</script>|<style.*?</style>", " ", proc.stdout, flags=re.S)
+        text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", dom))
+        if all(e in text for e in expected):
+            break
+    return text
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install -y "
+                    "chromium)")
+def test_ui_shows_the_experiment_its_sweep_and_nested_runs(ui, jsb_smoke):
+    client = jsb_smoke.client()
+    experiment = client.get_experiment_by_name("jsb_optimization")
+    (parent,) = client.search_runs([experiment.experiment_id], "tags.kind = 'sweep'")
+    children = jsb_smoke.child_runs()
+    names = [r.info.run_name for r in children]
+    base = f"{ui}/#/experiments/{experiment.experiment_id}"
+
+    # The runs table, sorted by a metric so that nested runs are listed, not folded.
+    order = quote("metrics.`best_valid_loss`")
+    text = page_text(f"{base}/runs?orderByKey={order}&orderByAsc=true", "mlflow_ui_runs.png",
+                     "jsb_optimization", *names)
+    assert "jsb_optimization" in text and "smoke-jsb" in text
+    assert [n for n in names if n not in text] == []
+    assert f"{len(children) + 1} matching runs" in text
+    assert (ARTIFACTS / "mlflow_ui_runs.png").stat().st_size > 10_000
+
+    # A trial's page names its parent sweep run: the runs are nested.
+    child = children[0]
+    text = page_text(f"{base}/runs/{child.info.run_id}", "mlflow_ui_trial.png", "Parent run")
+    assert child.info.run_name in text
+    assert re.search(r"Parent run\s+smoke-jsb", text), text[:2000]
+
+    # The sweep's plots are artifacts of its parent run.
+    text = page_text(f"{base}/runs/{parent.info.run_id}/artifacts/plots/swarm.png",
+                     "mlflow_ui_sweep_plots.png", "swarm.png")
+    assert "plots" in text and "swarm.png" in text and "curves.png" in text
+
+
+def test_export_through_the_server_matches_the_sqlite_store(ui, jsb_smoke, tmp_path):
+    """Over HTTP, histories come from get_metric_history per run: the same rows as the one
+    SELECT on the sqlite file."""
+    for extra in ([], ["--history"]):
+        frames = []
+        for uri, name in ((ui, "http"), (jsb_smoke.tracking_uri, "sqlite")):
+            out = tmp_path / f"{name}{len(extra)}.parquet"
+            rhnsearch_cli("results", "export", "--experiment", "jsb_optimization",
+                          "--tracking-uri", uri, "--out", out, *extra, cwd=tmp_path)
+            frames.append(pd.read_parquet(out))
+        pd.testing.assert_frame_equal(*frames)
+    assert len(frames[0]) > jsb_smoke.summary["trials"]
