@@ -7,6 +7,9 @@ and, last, one JSON line with "shapes", "rhn_over_lstm", "naive_over_rhn" (one r
 shape) and the same for every arch.
 
     python benchmarks/layer_speed.py [--data-dir ../shared/data] [--rounds 15]
+
+On a machine shared with other jobs, `--threads 1 --clock thread` times the main thread's CPU
+time instead of the wall clock: much less sensitive to the other jobs (one thread only).
 """
 import argparse
 import json
@@ -53,7 +56,7 @@ def make_layer(arch: str, shape: dict) -> torch.nn.Module:
     return layer
 
 
-def time_layers(shape: dict, arch: str, rounds: int) -> dict:
+def time_layers(shape: dict, arch: str, rounds: int, clock) -> dict:
     """Median seconds of forward + backward for naive, ours and lstm, interleaved."""
     ours = make_layer(arch, shape)
     hidden = lstm_hidden(layer_params(arch, shape["depth"], shape["width"], shape["F"]),
@@ -71,9 +74,9 @@ def time_layers(shape: dict, arch: str, rounds: int) -> dict:
         run(layer)
     for _ in range(rounds):
         for name, layer in layers.items():
-            start = time.perf_counter()
+            start = clock()
             run(layer)
-            times[name].append(time.perf_counter() - start)
+            times[name].append(clock() - start)
     medians = {name: statistics.median(t) for name, t in times.items()}
     medians["lstm_hidden"] = hidden
     return medians
@@ -109,18 +112,24 @@ def main(argv=None):
     parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"))
     parser.add_argument("--rounds", type=int, default=15, help="timed rounds per shape/arch")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--clock", choices=["wall", "thread"], default="wall",
+                        help="thread: CPU time of the main thread (needs --threads 1)")
     parser.add_argument("--no-epochs", action="store_true", help="skip the epoch timings")
     args = parser.parse_args(argv)
+    if args.clock == "thread" and args.threads != 1:
+        parser.error("--clock thread counts one thread only: use it with --threads 1")
+    clock = time.thread_time if args.clock == "thread" else time.perf_counter
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    print(f"torch {torch.__version__}, {args.threads} threads, oneDNN products: {kernels.ONEDNN}")
+    print(f"torch {torch.__version__}, {args.threads} threads, {args.clock} clock, "
+          f"oneDNN products: {kernels.ONEDNN}")
     print(f"{'shape (T,B,F,n,L)':<22}{'arch':<8}{'lstm n':>7}{'naive ms':>10}{'ours ms':>9}"
           f"{'lstm ms':>9}{'ours/lstm':>11}{'naive/ours':>12}")
-    result = {"shapes": SHAPES}
+    result = {"shapes": SHAPES, "threads": args.threads, "clock": args.clock}
     for shape in SHAPES:
         label = "{T},{B},{F},{width},{depth}".format(**shape)
         for arch in ARCHS:
-            m = time_layers(shape, arch, args.rounds)
+            m = time_layers(shape, arch, args.rounds, clock)
             over_lstm, naive_over = m["ours"] / m["lstm"], m["naive"] / m["ours"]
             result.setdefault(f"{arch}_over_lstm", []).append(round(over_lstm, 3))
             result.setdefault(f"naive_over_{arch}", []).append(round(naive_over, 3))

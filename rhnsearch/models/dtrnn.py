@@ -21,7 +21,7 @@ class DTRNNLoop(torch.autograd.Function):
     forward(x (T, B, F) after input dropout, y0 (B, n), mask_h (B, n) or None, depth,
     shortcuts, input_weight ([W] or [W; V]), R_1..R_L, b_1..b_L[, U]) -> outputs (T, B, n).
     Each unit computes tanh(a) as 2 sigm(2 a) - 1 (see `RHNLoop`); with gradients needed the
-    forward also stores each unit's slope 1 - z^2.
+    forward also stores each unit's slope 1 - z^2, a step's layers at once.
     """
 
     @staticmethod
@@ -41,8 +41,7 @@ class DTRNNLoop(torch.autograd.Function):
         minus_one, one = x.new_tensor(-1.0), x.new_tensor(1.0)
         need_grad = any(ctx.needs_input_grad)
         if need_grad:
-            slopes = WORKSPACE.take(x, L * T, B, n)
-            slope_of = slopes.unbind(0)
+            slopes = WORKSPACE.take(x, T, L, B, n)
         inputs = WORKSPACE.take(x, T, B, n)  # (masked) y[t-1], the input of every step
         hidden = WORKSPACE.take(x, L - 1, T, B, n)  # z_1..z_{L-1} of every step
         out = x.new_empty(T, B, n)  # z_L = y
@@ -60,10 +59,10 @@ class DTRNNLoop(torch.autograd.Function):
                                     "sigmoid")
                 else:
                     u = lins[layer](z, biases[layer], act="sigmoid")
-                k = layer * T + t
-                z = torch.add(minus_one, u, alpha=2, out=dst[k])
-                if need_grad:
-                    torch.addcmul(one, z, z, value=-1, out=slope_of[k])
+                z = torch.add(minus_one, u, alpha=2, out=dst[layer * T + t])
+            if need_grad:
+                torch.addcmul(one, hidden[:, t], hidden[:, t], value=-1, out=slopes[t, :-1])
+                torch.addcmul(one, z, z, value=-1, out=slopes[t, -1])
             y = z
         WORKSPACE.give_when_freed(ctx, inputs, hidden)
         if not need_grad:
@@ -83,8 +82,8 @@ class DTRNNLoop(torch.autograd.Function):
         L, shortcuts = ctx.depth, ctx.shortcuts
         x, mask, slopes, inputs, hidden, input_weight, *weights = ctx.saved_tensors
         T, B, n = inputs.shape
-        grad_pre = WORKSPACE.take(slopes, *slopes.shape)
-        slope_of, grad_of = slopes.unbind(0), grad_pre.unbind(0)
+        grad_pre = WORKSPACE.take(slopes, L * T, B, n)
+        slope_of, grad_of = slopes.view(T * L, B, n).unbind(0), grad_pre.unbind(0)
         back = [Linear(w.t(), B) for w in weights[:L]]
         if shortcuts:
             back_shortcut = Linear(weights[L].t(), B)
@@ -93,7 +92,7 @@ class DTRNNLoop(torch.autograd.Function):
         for step in reversed(range(T)):
             g = grad_outs[step] if carry is None else grad_outs[step] + carry
             for layer in reversed(range(L)):
-                da = torch.mul(g, slope_of[layer * T + step], out=grad_of[layer * T + step])
+                da = torch.mul(g, slope_of[step * L + layer], out=grad_of[layer * T + step])
                 if layer == L - 1 and shortcuts:
                     g_x = back_shortcut(da)
                 if layer > 0:

@@ -28,8 +28,9 @@ class RHNLoop(torch.autograd.Function):
     Each layer computes u = sigm(c * a) with c = 2 on the H half and 1 on the T half of the
     pre-activation a, so that [h, t] = [2 u_H - 1, u_T] = [tanh(a_H), sigm(a_T)] with one
     activation (tanh is several times slower than sigmoid on CPU here). When gradients are
-    needed, the forward also stores each step's local derivatives while they are in cache:
-    d s_l / d [a_H, a_T] = [t (1 - h^2), (h - s) t (1 - t)] and d s_l / d s_{l-1} = 1 - t.
+    needed, the forward also stores each step's local derivatives, all layers at once while
+    they are in cache: d s_l / d [a_H, a_T] = [t (1 - h^2), (h - s) t (1 - t)] and
+    d s_l / d s_{l-1} = 1 - t.
     """
 
     @staticmethod
@@ -49,14 +50,15 @@ class RHNLoop(torch.autograd.Function):
         if hsg:
             gate_state, gate_new = Linear(params[-3], B), Linear(params[-2], B)
             gate_bias = params[-1]
+        ht = x.new_empty(L, B, n2)  # this step's [h, t] and h - s of every layer
+        diff = x.new_empty(L, B, n)
+        h, gate = ht[..., :n], ht[..., n:]
+        ht_of, h_of, gate_of, diff_of = ht.unbind(0), h.unbind(0), gate.unbind(0), diff.unbind(0)
         need_grad = any(ctx.needs_input_grad)
         if need_grad:
-            factors = WORKSPACE.take(x, L * T, B, n2)  # d s_l / d [a_H, a_T]
-            carries = WORKSPACE.take(x, L * T, B, n)  # d s_l / d s_{l-1} = 1 - t
-            scratch = x.new_empty(B, n2)  # [4 t, h - s]
-            four_t, diff = scratch.chunk(2, dim=1)
+            factors = WORKSPACE.take(x, T, L, B, n2)  # d s_l / d [a_H, a_T]
+            carries = WORKSPACE.take(x, T, L, B, n)  # d s_l / d s_{l-1} = 1 - t
             one = x.new_ones(())
-            factor_of, carry_of = factors.unbind(0), carries.unbind(0)
         inputs = WORKSPACE.take(x, L, T, B, n)  # what each layer's product saw (masked)
         out = x.new_empty(T, B, n)  # RHN: s_L; HSG: the gated state
         last = WORKSPACE.take(x, T, B, n) if hsg else out  # s_L
@@ -75,13 +77,13 @@ class RHNLoop(torch.autograd.Function):
                     u = lins[0](x_l, other=steps[t], act="sigmoid")
                 else:
                     u = lins[layer](x_l, biases[layer], act="sigmoid")
-                h, gate = torch.addcmul(shift, u, scale).chunk(2, dim=1)
-                d = torch.sub(h, s, out=diff) if need_grad else h - s
-                s = torch.addcmul(s, gate, d, out=dst[k])
-                if need_grad:
-                    torch.mul(gate, 4, out=four_t)  # 1 - h^2 = 4 u_H (1 - u_H)
-                    torch.mul(torch.addcmul(u, u, u, value=-1), scratch, out=factor_of[k])
-                    torch.sub(one, gate, out=carry_of[k])
+                torch.addcmul(shift, u, scale, out=ht_of[layer])
+                d = torch.sub(h_of[layer], s, out=diff_of[layer])
+                s = torch.addcmul(s, gate_of[layer], d, out=dst[k])
+            if need_grad:
+                keep = torch.sub(one, gate, out=carries[t])
+                torch.mul(diff, gate * keep, out=factors[t, ..., n:])
+                torch.addcmul(gate, gate * h, h, value=-1, out=factors[t, ..., :n])
             if hsg:
                 a = gate_new(s, other=gate_state(s_prev, gate_bias))
                 s = torch.lerp(s, s_prev, torch.sigmoid(a, out=gates[t]), out=out[t])
@@ -104,10 +106,9 @@ class RHNLoop(torch.autograd.Function):
         x, s0, mask, factors, carries, inputs, out, last, gates, input_weight, *weights = \
             ctx.saved_tensors
         _, T, B, n = inputs.shape
-        grad_pre = WORKSPACE.take(factors, *factors.shape)
-        factor_of = factors.view(L * T, B, 2, n).unbind(0)
-        grad_of = grad_pre.view(L * T, B, 2, n).unbind(0)
-        carry_of = carries.unbind(0)
+        grad_pre = WORKSPACE.take(factors, L * T, B, 2, n)
+        factor_of = factors.view(T * L, B, 2, n).unbind(0)  # step-major
+        grad_of, carry_of = grad_pre.unbind(0), carries.view(T * L, B, n).unbind(0)
         back = [Linear(w.t(), B) for w in weights[:L]]
         if hsg:
             w_r, w_f = weights[L:L + 2]
@@ -125,8 +126,8 @@ class RHNLoop(torch.autograd.Function):
                 carry_hat = torch.addcmul(gate_state(da), g, gates[step])
                 g = torch.addcmul(gate_new(da), g, keep_gate[step])
             for layer in reversed(range(L)):
-                k = layer * T + step
-                da = torch.mul(factor_of[k], g.unsqueeze(1), out=grad_of[k])
+                k = step * L + layer
+                da = torch.mul(factor_of[k], g.unsqueeze(1), out=grad_of[layer * T + step])
                 m = back[layer](da.view(B, 2 * n), other=mask, op="mul")
                 g = torch.addcmul(m, g, carry_of[k])
             carry = carry_hat.add_(g) if hsg else g
