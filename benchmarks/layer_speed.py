@@ -2,9 +2,10 @@
 
 For each shape and arch, times forward + backward of the three, interleaved round by round in
 one run (the machine is noisy), and reports ratios of median times; then tokens per second of
-one full JSB and one ptb-sample training epoch through rhnsearch.train.Trainer. Prints a table
-and, last, one JSON line with "shapes", "rhn_over_lstm", "naive_over_rhn" (one ratio per
-shape) and the same for every arch.
+a full JSB and a full ptb-sample training epoch (after a warm-up epoch) through
+rhnsearch.train.Trainer, for the RHN and an LSTM with as many parameters. Prints a table and,
+last, one JSON line with "shapes", "rhn_over_lstm", "naive_over_rhn" (one ratio per shape),
+the same for every arch, and "tokens_per_sec".
 
     python benchmarks/layer_speed.py [--data-dir ../shared/data] [--rounds 15]
 
@@ -83,7 +84,8 @@ def time_layers(shape: dict, arch: str, rounds: int, clock) -> dict:
 
 
 def epoch_speed(data_dir: Path) -> dict:
-    """Training tokens per second of one full epoch (JSB: one token = one chorale time step)."""
+    """Training tokens per second of one full epoch, after one warm-up epoch (JSB: one token =
+    one chorale time step)."""
     runs = {"jsb": dict(dataset="jsb", width=256, depth=6, batch_size=32),
             "ptb-sample": dict(dataset="ptb-sample", width=512, depth=4, batch_size=20,
                                bptt=35)}
@@ -101,6 +103,7 @@ def epoch_speed(data_dir: Path) -> dict:
                 config.update(depth=1, width=solve_width(budget, task, "lstm", 1,
                                                          vocab_size=vocab))
             trainer = Trainer(TrialConfig(**config), data)
+            trainer.train_epoch()
             start = time.perf_counter()
             _, _, _, tokens = trainer.train_epoch()
             speeds[f"{dataset}_{arch}"] = tokens / (time.perf_counter() - start)
