@@ -147,11 +147,11 @@ def run_ui(args):
     import subprocess
     from .search.tracking import resolve_tracking_uri
 
-    uri = resolve_tracking_uri(args.tracking_uri)
     with socket.socket() as probe:
         if probe.connect_ex((args.host, args.port)) == 0:
             raise UserError(f"port {args.port} on {args.host} is already in use: pass "
                             "--port with a free one")
+    uri = resolve_tracking_uri(args.tracking_uri)
     print(f"MLflow UI on http://{args.host}:{args.port} for {uri}", file=sys.stderr, flush=True)
     cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host",
            args.host, "--port", str(args.port), "--workers", "1"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import math
 import os
+import pickle
 import random
 import time
 from dataclasses import asdict, dataclass, fields
@@ -283,7 +284,12 @@ class Trainer:
     def load(self, directory):
         """Restore a state written by `save` (weights-only unpickling)."""
         path = Path(directory) / CHECKPOINT_FILE
-        state = torch.load(path, map_location=self.device, weights_only=True)
+        try:
+            state = torch.load(path, map_location=self.device, weights_only=True)
+        except pickle.UnpicklingError:  # objects other than tensors and plain data
+            raise UserError(f"{path} holds pickled objects that are not weights: refused "
+                            "unread (loading them could run code); delete it or use a "
+                            "checkpoint rhnsearch saved") from None
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.epoch, self.status = state["epoch"], state["status"]

@@ -1,10 +1,12 @@
 """Run a search space on Ray Tune: trials scheduled by ASHA, sampled at random or by Optuna,
 recorded in MLflow; interrupted sweeps resume by name."""
+import errno
 import json
 import logging
 import os
 import socket
 import sys
+import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
@@ -12,6 +14,7 @@ from urllib.parse import urlparse
 
 import ray
 from mlflow.entities import Metric
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
@@ -132,6 +135,24 @@ def sweep_dir(name: str) -> Path:
     return (SWEEPS_DIR / name).resolve()
 
 
+def check_writable(directory: Path):
+    """Fail in one line unless a file can be written where `directory` is (or would be
+    made): a read-only or full disk must stop a sweep before it starts, not days later."""
+    existing = next(p for p in (directory, *directory.parents) if p.exists())
+    try:
+        if not existing.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "not a directory")
+        with tempfile.TemporaryFile(dir=existing) as probe:  # removed when closed
+            probe.write(bytes(65536))
+            probe.flush()
+            os.fsync(probe.fileno())
+    except OSError as exc:
+        raise UserError(f"results directory {directory.parent} is not writable ({existing}: "
+                        f"{exc.strerror or exc}): free some space, make it writable, or run "
+                        "from a directory you can write (results/ is made in the current "
+                        "directory)") from None
+
+
 def run_sweep(space_path, preset=None, overrides=(), address=None, search=None,
               scheduler=None, data_dir=None, tracking_uri=None, experiment=None,
               name=None) -> dict:
@@ -139,14 +160,15 @@ def run_sweep(space_path, preset=None, overrides=(), address=None, search=None,
     space = load_space(space_path, preset, overrides)
     # Absolute paths first: in a Ray Job, joining the cluster may replace the working dir.
     space_path, sweeps_root = Path(space_path).resolve(), SWEEPS_DIR.resolve()
+    check_writable(sweeps_root)
     if address:
         check_address(address)
     search = search or space.search
     scheduler = scheduler or space.scheduler.name
-    uri = resolve_tracking_uri(tracking_uri)
-    check_store(uri)
     root = default_data_dir(data_dir).resolve()
     data = load_dataset(space.dataset, root)  # fetched on first use, before Ray starts
+    uri = resolve_tracking_uri(tracking_uri)  # makes the sqlite store: after every check
+    check_store(uri)                          # of the user's input
     cells = space.cells(len(data.vocab) if hasattr(data, "vocab") else 10000)
     name = name or f"{space.study}-{preset or 'base'}-{datetime.now():%Y%m%d-%H%M%S}"
     directory = sweep_dir(name)
@@ -224,7 +246,14 @@ def finish(tuner, state: dict) -> dict:
     start = time.monotonic()
     results = tuner.fit()
     client = MlflowClient(state["tracking_uri"])
-    summary = summarize(client, state)
+    try:
+        summary = summarize(client, state)
+    except MlflowException as exc:  # the tracker has kept what MLflow missed
+        raise UserError(f"sweep {state['name']}: every trial ended but MLflow at "
+                        f"{state['tracking_uri']} is not answering "
+                        f"({str(exc).splitlines()[0][:160]}): when it is back, `rhnsearch "
+                        f"sweep resume {state['name']}` sends the kept records and closes "
+                        "the sweep") from None
     summary["wall_seconds"] = round(time.monotonic() - start, 1)
     summary["complete"] = summary["running"] == 0 and summary["trials"] == state["trials"]
     if summary["complete"]:

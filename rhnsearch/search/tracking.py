@@ -64,8 +64,9 @@ def check_store(uri: str):
         MlflowClient(uri).search_experiments(max_results=1)
     except Exception as exc:  # the store's own error types vary by backend
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"MLflow tracking store {uri} is not reachable ({first[:200]}): "
-                        "start the server or pass a working --tracking-uri") from None
+        raise UserError(f"{uri} is not a working MLflow tracking store ({first[:200]}): "
+                        "start the MLflow server there or pass a working --tracking-uri "
+                        "(http://HOST:PORT or sqlite:///PATH)") from None
 
 
 def get_experiment(client: MlflowClient, uri: str, name: str) -> str:
@@ -85,7 +86,12 @@ def flat_params(config: dict) -> dict:
 
 
 class MLflowTracker(Callback):
-    """Ray Tune callback writing the sweep's nested MLflow runs (picklable: no live client)."""
+    """Ray Tune callback writing the sweep's nested MLflow runs (picklable: no live client).
+
+    Every record goes through a FIFO of pending records; a trial's run is created by its
+    first record, so a trial that starts while the store is down is recorded once it is
+    back. Records still pending at the end are saved in the sweep dir and sent on resume.
+    """
 
     def __init__(self, tracking_uri: str, experiment_id: str, parent_run_id: str,
                  sweep_name: str, artifact_dir: str):
@@ -96,9 +102,9 @@ class MLflowTracker(Callback):
 
     def _reset(self):
         self._client = None
-        self.runs: dict[str, str] = {}         # trial id -> run id
-        self.logged_epoch: dict[str, int] = {}  # trial id -> last epoch in MLflow
-        self.pending: list[tuple] = []          # (run id, metrics, params, tags) not yet sent
+        self.runs: dict[str, str | None] = {}  # trial id -> run id (None: not created yet)
+        self.logged_epoch: dict[str, int] = {}  # trial id -> last epoch sent or pending
+        self.pending: list[dict] = []           # records not yet sent, oldest first
         self.warned = False
 
     def __getstate__(self):
@@ -112,20 +118,43 @@ class MLflowTracker(Callback):
             self._client = MlflowClient(self.tracking_uri)
         return self._client
 
+    @property
+    def pending_path(self) -> Path:
+        return Path(self.artifact_dir) / "mlflow_pending.json"
+
     # -- sending, with retry -------------------------------------------------------------
-    def _send(self, run_id, metrics=(), params=(), tags=()):
-        self.pending.append((run_id, list(metrics), list(params), list(tags)))
+    def _send(self, trial_id, metrics=(), params=(), tags=(), end=None, name=None):
+        """Queue a record (JSON-able: it may be saved) and send what the store takes."""
+        self.pending.append({"trial_id": trial_id, "name": name, "end": end,
+                             "metrics": [[m.key, m.value, m.timestamp, m.step]
+                                         for m in metrics],
+                             "params": [[p.key, p.value] for p in params],
+                             "tags": [[t.key, t.value] for t in tags]})
         self.flush()
+
+    def _create_run(self, trial_id: str, name: str | None) -> str:
+        run = self.client.create_run(self.experiment_id, run_name=name, tags={
+            "mlflow.parentRunId": self.parent_run_id, "kind": "trial", "trial_id": trial_id,
+            "sweep": self.sweep_name, "status": "running"})
+        self.runs[trial_id] = run.info.run_id
+        return run.info.run_id
 
     def flush(self) -> bool:
         """Send what is pending, oldest first; keep the rest if the store is unreachable."""
         while self.pending:
-            run_id, metrics, params, tags = self.pending[0]
+            record = self.pending[0]
             try:
+                run_id = (self.runs.get(record["trial_id"])
+                          or self._create_run(record["trial_id"], record["name"]))
+                metrics = [Metric(*m) for m in record["metrics"]]
                 for i in range(0, max(len(metrics), 1), 900):  # MLflow's batch limit
-                    self.client.log_batch(run_id, metrics=metrics[i:i + 900],
-                                          params=params if i == 0 else [],
-                                          tags=tags if i == 0 else [])
+                    first = i == 0
+                    self.client.log_batch(
+                        run_id, metrics=metrics[i:i + 900],
+                        params=[Param(*p) for p in record["params"]] if first else [],
+                        tags=[RunTag(*t) for t in record["tags"]] if first else [])
+                if record["end"]:
+                    self.client.set_terminated(run_id, record["end"])
             except Exception as exc:  # network or server errors: keep and retry later
                 if not self.warned:
                     log.warning("MLflow at %s is not answering (%s); keeping %d record(s) "
@@ -141,7 +170,8 @@ class MLflowTracker(Callback):
 
     # -- run bookkeeping -----------------------------------------------------------------
     def setup(self, **info):
-        """Find the child runs of this sweep already in MLflow (a resumed sweep reuses them)."""
+        """Find the child runs of this sweep already in MLflow (a resumed sweep reuses them)
+        and the records an earlier driver could not send."""
         self._reset()
         for run in self.client.search_runs(
                 [self.experiment_id], f"tags.mlflow.parentRunId = '{self.parent_run_id}'",
@@ -150,31 +180,37 @@ class MLflowTracker(Callback):
             if trial_id:
                 self.runs[trial_id] = run.info.run_id
                 self.logged_epoch[trial_id] = int(run.data.metrics.get("epoch", 0))
+        if self.pending_path.exists():
+            self.pending = json.loads(self.pending_path.read_text())
+            for record in self.pending:
+                trial_id = record["trial_id"]
+                self.runs.setdefault(trial_id, None)
+                self.logged_epoch[trial_id] = max(
+                    [self.logged_epoch.get(trial_id, 0)] +
+                    [step for key, _, _, step in record["metrics"] if key == "epoch"])
+            if self.flush():
+                self.pending_path.unlink()
 
-    def run_for(self, trial) -> str:
+    def start_run(self, trial):
+        """Queue the trial's run and params, once per trial (not again on a retry)."""
         if trial.trial_id in self.runs:
-            return self.runs[trial.trial_id]
+            return
+        self.runs[trial.trial_id] = None
+        self.logged_epoch[trial.trial_id] = 0
         config = trial.config
         cell = config.get("cell", {})
-        run = self.client.create_run(
-            self.experiment_id, run_name=f"{cell.get('arch')}-d{cell.get('depth')}-"
-            f"{trial.trial_id}", tags={"mlflow.parentRunId": self.parent_run_id,
-                                       "kind": "trial", "trial_id": trial.trial_id,
-                                       "sweep": self.sweep_name, "status": "running"})
-        self.runs[trial.trial_id] = run.info.run_id
-        self.logged_epoch[trial.trial_id] = 0
         cfg = trial_config(config)
         params = {**{k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
                   **flat_params(config)}
-        self._send(run.info.run_id, params=[Param(k, str(v)[:6000]) for k, v in
-                                            sorted(params.items())])
-        return run.info.run_id
+        self._send(trial.trial_id, name=f"{cell.get('arch')}-d{cell.get('depth')}-"
+                   f"{trial.trial_id}", params=[Param(k, str(v)[:6000]) for k, v in
+                                               sorted(params.items())])
 
     def on_trial_start(self, iteration, trials, trial, **info):
-        self.run_for(trial)
+        self.start_run(trial)
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        run_id = self.run_for(trial)
+        self.start_run(trial)
         epoch = int(result.get("epoch", result.get("training_iteration", 0)))
         if epoch <= self.logged_epoch.get(trial.trial_id, 0):
             return  # already logged before a restore: no duplicate steps
@@ -184,7 +220,7 @@ class MLflowTracker(Callback):
                    and not isinstance(v, bool)]
         metrics.append(Metric("epoch", float(epoch), now, epoch))
         self.logged_epoch[trial.trial_id] = epoch
-        self._send(run_id, metrics=metrics)
+        self._send(trial.trial_id, metrics=metrics)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         result = trial.last_result or {}
@@ -192,30 +228,22 @@ class MLflowTracker(Callback):
         tags = [RunTag("status", status if status != "running" else "stopped")]
         if status == "running":
             tags.append(RunTag("stopped_at_epoch", str(result.get("epoch", 0))))
-        self._finish(trial, tags, "FINISHED")
+        self.start_run(trial)
+        self._send(trial.trial_id, tags=tags, end="FINISHED")
 
     def on_trial_error(self, iteration, trials, trial, **info):
         error = str(getattr(trial, "error_msg", "") or "worker error").splitlines()
-        self._finish(trial, [RunTag("status", "failed"),
-                             RunTag("error", (error[-1] if error else "")[:500])], "FAILED")
-
-    def _finish(self, trial, tags, run_status):
-        run_id = self.run_for(trial)
-        self._send(run_id, tags=tags)
-        if self.flush():
-            self.client.set_terminated(run_id, run_status)
+        self.start_run(trial)
+        self._send(trial.trial_id, tags=[RunTag("status", "failed"),
+                                         RunTag("error", (error[-1] if error else "")[:500])],
+                   end="FAILED")
 
     def on_experiment_end(self, trials, **info):
-        if not self.flush():
-            log.warning("MLflow at %s stayed unreachable: %d record(s) could not be sent; "
-                        "they are saved in %s", self.tracking_uri, len(self.pending),
-                        self.save_pending())
-
-    def save_pending(self) -> Path:
-        path = Path(self.artifact_dir) / "mlflow_pending.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        rows = [{"run_id": r, "metrics": [[m.key, m.value, m.timestamp, m.step] for m in ms],
-                 "params": [[p.key, p.value] for p in ps], "tags": [[t.key, t.value] for t in ts]}
-                for r, ms, ps, ts in self.pending]
-        path.write_text(json.dumps(rows))
-        return path
+        if self.flush():
+            self.pending_path.unlink(missing_ok=True)
+            return
+        self.pending_path.parent.mkdir(parents=True, exist_ok=True)
+        self.pending_path.write_text(json.dumps(self.pending))
+        log.warning("MLflow at %s stayed unreachable: %d record(s) could not be sent; they "
+                    "are saved in %s and sent by `rhnsearch sweep resume %s`",
+                    self.tracking_uri, len(self.pending), self.pending_path, self.sweep_name)

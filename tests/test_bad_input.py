@@ -1,0 +1,321 @@
+"""Bad input, each a one-line error with exit code 2 and nothing written: search spaces (a
+table of cases and a property test of random mutations), data files, MLflow URIs, the UI's
+port. Security: the UI listens on loopback only; a checkpoint holding pickled objects is
+refused unread."""
+import functools
+import http.server
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import ROOT, rhnsearch_cli
+from rhnsearch.cli import main
+from rhnsearch.errors import UserError
+from rhnsearch.search.space import load_space
+from test_sweep import JSB_SPACE, free_port
+
+SPACES = sorted((ROOT / "spaces").glob("*.yaml"))
+UNREACHABLE_RAY = ["--address", "127.0.0.1:9"]  # a space that wrongly passed stops here
+
+
+def files_under(path: Path) -> list[Path]:
+    return sorted(path.rglob("*"))
+
+
+def one_line_error(code: int, err: str, expected: str):
+    assert code == 2, err
+    assert err.strip().count("\n") == 0 and err.startswith("rhnsearch: error: "), err
+    assert expected in err, err
+
+
+# -- search spaces ---------------------------------------------------------------------------
+SPACE_CASES = {  # name: (--set overrides, expected part of the message)
+    "unknown nested key": (["scheduler.grace=2"], "scheduler.grace: unknown key"),
+    "unknown trial setting": (["fixed.learning_rate=0.1"],
+                              "unknown trial setting 'learning_rate'"),
+    "unknown hyperparameter": (["params.learning_rate={uniform: [0.1, 1.0]}"],
+                               "unknown hyperparameter 'learning_rate'"),
+    "samples not an int": (["samples=many"], "samples: Input should be a valid integer"),
+    "archs not a list": (["archs=rhn"], "archs: Input should be a valid list"),
+    "epochs not an int": (["fixed.epochs=ten"], "'ten'"),
+    "lr not a float": (["fixed.lr=fast"], "fixed.lr='fast': must be a float"),
+    "cpu not a number": (["resources.cpu=lots"], "resources.cpu"),
+    "range of strings": (["params.lr={uniform: [a, b]}"], "params.lr.uniform.0"),
+    "empty uniform": (["params.lr={uniform: [0.5, 0.5]}"], "uniform range [0.5, 0.5] is empty"),
+    "empty randint": (["params.seed={randint: [10, 1]}"], "randint range [10, 1] is empty"),
+    "empty choice": (["params.momentum={choice: []}"], "choice needs at least one value"),
+    "no archs": (["archs=[]"], "archs: List should have at least 1 item"),
+    "loguniform from 0": (["params.lr={loguniform: [0, 1]}"],
+                          "loguniform bounds must be positive, got 0"),
+    "loguniform negative": (["params.lr={loguniform: [-1, 1]}"],
+                            "loguniform bounds must be positive, got -1"),
+    "unknown dataset": (["dataset=mnist"], "unknown dataset 'mnist'"),
+    "unknown arch": (["archs=[rhn, gru]"], "unknown arch 'gru'"),
+    "unknown scheduler": (["scheduler.name=hyperband"], "scheduler.name"),
+    "unknown search": (["search=grid"], "search"),
+    "lstm with depth": (["archs=[lstm]"], "lstm has no recurrence depth"),
+    "budget too small for depth 6": (["budget={1: 6k, 2: 8k, 4: 12k, 6: 300}"],
+                                     "budget 300 is too small for jsb rhn at depth 6"),
+    "budget misses a depth": (["budget={1: 6k}"], "budget has no entry for depth 2"),
+    "budget and width": (["width=32"], "give either budget"),
+    "depth 0": (["depths=[0, 2]"], "depths must be positive integers"),
+    "negative depth": (["depths=[-1]"], "depths must be positive integers"),
+    "fractional depth": (["depths=[1.5]"], "depths.0"),
+    "depth as a word": (["depths=[two]"], "depths.0"),
+    "no depths": (["depths=[]"], "depths: List should have at least 1 item"),
+    "grace period past epochs": (["scheduler.grace_period=9"], "must be below fixed.epochs"),
+    "override without =": (["samples"], "cannot read override 'samples'"),
+}
+
+
+@pytest.mark.parametrize("case", list(SPACE_CASES))
+def test_bad_space_is_one_line_and_writes_nothing(case, tmp_path, monkeypatch, capsys):
+    overrides, expected = SPACE_CASES[case]
+    monkeypatch.chdir(tmp_path)
+    args = [arg for o in overrides for arg in ("--set", o)]
+    code = main(["sweep", "run", str(JSB_SPACE), "--preset", "smoke", *args,
+                 *UNREACHABLE_RAY])
+    one_line_error(code, capsys.readouterr().err, expected)
+    assert files_under(tmp_path) == []
+
+
+@pytest.mark.parametrize("text,preset,expected", [
+    ("archs: [rhn\n", None, "line 2: not valid YAML"),
+    ("- rhn\n- lstm\n", None, "a search space is a YAML mapping of fields"),
+    (JSB_SPACE.read_text(), "huge", "no preset 'huge'; this space has paper, smoke"),
+    (None, None, "not found"),
+])
+def test_bad_space_file_is_one_line(text, preset, expected, tmp_path, monkeypatch, capsys):
+    space = tmp_path / "space.yaml"
+    if text is not None:
+        space.write_text(text)
+    monkeypatch.chdir(tmp_path)
+    code = main(["sweep", "run", str(space), *(["--preset", preset] if preset else []),
+                 *UNREACHABLE_RAY])
+    one_line_error(code, capsys.readouterr().err, expected)
+    assert files_under(tmp_path) == ([space] if text is not None else [])
+
+
+# Random mutations of the shipped spaces: any value where any field was, fields dropped,
+# fields added, and `--set` overrides typed by hand. Each must load or be one UserError line.
+VALUES = st.one_of(
+    st.none(), st.booleans(), st.integers(-10, 10), st.integers(-10**12, 10**12),
+    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=6),
+    st.sampled_from(["rhn", "lstm", "asha", "fifo", "32M", "6k", "ptb", "jsb", "1e400"]),
+    st.lists(st.one_of(st.integers(-2, 12), st.floats(-1, 2), st.text(max_size=3)),
+             max_size=3),
+    st.dictionaries(st.one_of(st.text(max_size=6), st.integers(-2, 12)),
+                    st.one_of(st.integers(-2, 12), st.floats(), st.text(max_size=3)),
+                    max_size=2))
+
+
+def key_paths(node, prefix=()) -> list[tuple]:
+    """Every path of keys (and list indices) into a YAML document."""
+    paths = [prefix] if prefix else []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            paths += key_paths(value, prefix + (key,))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            paths += key_paths(value, prefix + (i,))
+    return paths
+
+
+@st.composite
+def mutated_spaces(draw):
+    """(raw YAML document, preset, overrides) near a shipped space."""
+    space = draw(st.sampled_from(SPACES))
+    doc = yaml.safe_load(space.read_text())
+    for _ in range(draw(st.integers(1, 3))):
+        path = draw(st.sampled_from(key_paths(doc)))
+        *parents, last = path
+        parent = functools.reduce(lambda node, key: node[key], parents, doc)
+        action = draw(st.sampled_from(["set", "set", "drop", "add"]))
+        if action == "set":
+            parent[last] = draw(VALUES)
+        elif action == "drop":
+            del parent[last]
+        elif isinstance(parent, dict):
+            parent[draw(st.text(min_size=1, max_size=8))] = draw(VALUES)
+    dotted = [".".join(map(str, p)) for p in key_paths(doc) if all(isinstance(k, str)
+                                                                      for k in p)]
+    overrides = draw(st.lists(st.builds(
+        "{}={}".format, st.sampled_from(dotted or ["samples"]),
+        st.one_of(VALUES.map(lambda v: yaml.safe_dump(v, default_flow_style=True).strip()
+                             .removesuffix("...").strip()),
+                  st.text(max_size=6))), max_size=2))
+    preset = draw(st.sampled_from([None, "smoke", "paper"]))
+    return doc, preset, overrides
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutated_spaces())
+def test_mutated_spaces_load_or_fail_in_one_line(case):
+    doc, preset, overrides = case
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "space.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        try:
+            load_space(path, preset, overrides)
+        except UserError as exc:
+            assert str(exc) and "\n" not in str(exc), str(exc)
+
+
+# -- data ------------------------------------------------------------------------------------
+JSB_FILE = "jsb_chorales/jsb-chorales-quarter.json"
+
+
+def truncate(raw: str) -> str:
+    return raw[:1000]
+
+
+def pitch_out_of_range(raw: str) -> str:
+    doc = json.loads(raw)
+    doc["train"][0][0].append(200)
+    return json.dumps(doc)
+
+
+def empty_valid_split(raw: str) -> str:
+    return json.dumps({**json.loads(raw), "valid": []})
+
+
+@pytest.mark.parametrize("edit,expected", [
+    (None, "not found in data dir"),
+    (truncate, "is corrupt (sha256 differs"),
+    (pitch_out_of_range, "is corrupt (sha256 differs"),
+    (empty_valid_split, "is corrupt (sha256 differs"),
+])
+def test_bad_data_is_one_line_and_writes_nothing(edit, expected, tmp_path, data_dir):
+    """Through the CLI: the sha256 check catches any edit before the JSON is parsed (the
+    parser's own errors are in test_data.py); a missing file with no network is one line."""
+    data, work = tmp_path / "data", tmp_path / "work"
+    work.mkdir()
+    if edit:
+        (data / JSB_FILE).parent.mkdir(parents=True)
+        (data / JSB_FILE).write_text(edit((data_dir / JSB_FILE).read_text()))
+    before = {p: p.read_bytes() for p in files_under(data) if p.is_file()}
+    proc = rhnsearch_cli("sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir", data,
+                         cwd=work, check=False, timeout=300,
+                         env={"RHNSEARCH_DATA_MIRROR": "http://127.0.0.1:9"})
+    one_line_error(proc.returncode, proc.stderr, expected)
+    assert files_under(work) == []
+    assert {p: p.read_bytes() for p in files_under(data) if p.is_file()} == before
+
+
+# -- addresses -------------------------------------------------------------------------------
+@pytest.fixture
+def web_server(tmp_path):
+    """A plain HTTP file server on loopback: reachable, but not MLflow."""
+    root = tmp_path / "www"
+    root.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *a: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+@pytest.mark.parametrize("uri", ["WEB", "ftp://127.0.0.1/mlflow", "nosuch://mlflow"])
+def test_wrong_mlflow_uri_is_one_line(uri, web_server, tmp_path, data_dir):
+    uri = web_server if uri == "WEB" else uri
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = rhnsearch_cli("sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir",
+                         data_dir, "--tracking-uri", uri, cwd=work, check=False, timeout=300)
+    one_line_error(proc.returncode, proc.stderr, f"{uri} is not a working MLflow tracking store")
+    assert files_under(work) == []
+
+
+def test_ui_port_in_use_is_one_line(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = rhnsearch_cli("ui", "--port", port, cwd=tmp_path, check=False, timeout=120)
+    one_line_error(proc.returncode, proc.stderr, f"port {port} on 127.0.0.1 is already in use")
+    assert files_under(tmp_path) == []
+
+
+# -- security --------------------------------------------------------------------------------
+def listening(port: int) -> list[str]:
+    """The local addresses of the sockets listening on `port`."""
+    return [c.laddr.ip for c in psutil.net_connections(kind="inet")
+            if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
+
+
+def test_ui_listens_on_loopback_only(tmp_path):
+    """`rhnsearch ui` without --host: the server listens on 127.0.0.1 only, the machine's
+    other addresses are refused, and stopping the command frees the port."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "rhnsearch.cli", "ui", "--port", str(port),
+                             "--tracking-uri", f"sqlite:///{tmp_path / 'ui.db'}"],
+                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5):
+                    break
+            except OSError:
+                assert proc.poll() is None, proc.stderr.read()[-2000:]
+                assert time.monotonic() < deadline, "the MLflow UI did not answer in 240 s"
+                time.sleep(1)
+        assert set(listening(port)) == {"127.0.0.1"}
+        others = [a.address for addrs in psutil.net_if_addrs().values() for a in addrs
+                  if a.family == socket.AF_INET and not a.address.startswith("127.")]
+        for address in others:  # the machine's other interfaces are refused
+            with socket.socket() as s:
+                s.settimeout(5)
+                assert s.connect_ex((address, port)) != 0, address
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)  # the ui command and the server it runs
+        proc.wait(timeout=60)
+    deadline = time.monotonic() + 60  # the server closes its socket as it shuts down
+    while listening(port) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert listening(port) == []
+
+
+class Payload:
+    """Unpickling this runs os.mkdir(marker): what a hostile checkpoint could do."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return os.mkdir, (self.marker,)
+
+
+def test_checkpoint_with_pickled_code_is_refused_unread(tmp_path, jsb, data_dir):
+    from rhnsearch.train import CHECKPOINT_FILE, Trainer, TrialConfig
+    marker = tmp_path / "executed"
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    torch.save({"model": Payload(marker), "epoch": 1}, ckpt / CHECKPOINT_FILE)
+    saved = (ckpt / CHECKPOINT_FILE).read_bytes()
+    trainer = Trainer(TrialConfig(width=8, epochs=1), jsb)
+    with pytest.raises(UserError) as err:
+        trainer.load(ckpt)
+    assert "\n" not in str(err.value) and str(ckpt / CHECKPOINT_FILE) in str(err.value)
+    assert not marker.exists()
+    proc = rhnsearch_cli("train", "--width", "8", "--epochs", "1", "--data-dir", data_dir,
+                         "--checkpoint-dir", ckpt, cwd=tmp_path, check=False, timeout=300)
+    one_line_error(proc.returncode, proc.stderr, "refused")
+    assert not marker.exists() and (ckpt / CHECKPOINT_FILE).read_bytes() == saved

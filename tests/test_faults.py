@@ -1,0 +1,353 @@
+"""Faults done for real, each asserting that nothing is lost: a trial's worker SIGKILLed
+mid-epoch, a worker node of a two-node Ray cluster stopped, the MLflow server down for part
+of a sweep (or until its end), and a results dir that is read-only, full or not a dir."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+from mlflow.tracking import MlflowClient
+
+from conftest import rhnsearch_cli
+from test_sweep import JSB_SPACE, check_child_runs, free_port, two_node_cluster  # noqa: F401
+
+pytestmark = pytest.mark.slow
+SMALL = ["--set", "archs=[rhn]", "--set", "scheduler.name=fifo"]
+
+
+def kill_all(procs):
+    """SIGKILL these processes and wait until they are gone."""
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(procs, timeout=30)
+
+
+def wait_until(predicate, what: str, timeout: float = 240):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting until {what}")
+
+
+# -- a sweep driver running in the background ----------------------------------------------
+class Sweep:
+    """`rhnsearch sweep run` in its own process group; its Tune results read from disk."""
+
+    def __init__(self, cwd: Path, name: str, data_dir: Path, *args, env=None):
+        self.cwd, self.name = cwd, name
+        self.out, self.err = open(cwd / f"{name}.out", "w+"), open(cwd / f"{name}.err", "w+")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rhnsearch.cli", "sweep", "run", str(JSB_SPACE), "--preset",
+             "smoke", "--data-dir", str(data_dir), "--name", name, "--json", *map(str, args)],
+            cwd=cwd, stdout=self.out, stderr=self.err, env={**os.environ, **(env or {})},
+            start_new_session=True)
+
+    def results(self) -> dict[str, list[dict]]:
+        """Trial dir -> the results Tune has written for it so far."""
+        found = {}
+        for path in (self.cwd / "results" / "sweeps" / self.name).glob("*/result.json"):
+            rows = []
+            for line in path.read_text().splitlines():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:  # a line being written
+                    break
+            found[path.parent.name] = rows
+        return found
+
+    def wait(self, timeout: float = 600) -> tuple[int, dict | None, str]:
+        """(exit code, JSON summary or None, stderr) once the driver has ended."""
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.out.seek(0), self.err.seek(0)
+        out, err = self.out.read(), self.err.read()
+        summary = next((json.loads(line) for line in reversed(out.splitlines())
+                        if line.startswith('{"name"')), None)  # Ray may print after it
+        return self.proc.returncode, summary, err
+
+    def stop(self):
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+@pytest.fixture
+def sweeps():
+    started = []
+
+    def start(*args, **kwargs):
+        started.append(Sweep(*args, **kwargs))
+        return started[-1]
+    yield start
+    for sweep in started:
+        sweep.stop()
+
+
+def child_runs(uri: str) -> list:
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("jsb_optimization")
+    if experiment is None:
+        return []
+    return client.search_runs([experiment.experiment_id], "tags.kind = 'trial'")
+
+
+def assert_full_histories(client: MlflowClient, run, epochs: int):
+    """Every per-epoch metric of the run has steps 1..epochs, each once."""
+    for key in ("train_loss", "valid_loss", "best_valid_loss", "lr", "epoch"):
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]
+        assert sorted(steps) == list(range(1, epochs + 1)), (key, steps)
+
+
+# -- a trial's worker killed ---------------------------------------------------------------
+def test_trial_worker_killed_mid_epoch_resumes_from_its_checkpoint(tmp_path, data_dir,
+                                                                   sweeps):
+    """SIGKILL the trial's Ray worker mid-epoch: Tune retries it from its last checkpoint on
+    a new worker; one MLflow run, every epoch once, the same losses as an unbroken run."""
+    from rhnsearch.data import load_dataset
+    from rhnsearch.search.trainable import trial_config
+    from rhnsearch.train import Trainer
+    epochs = 10
+    sweep = sweeps(tmp_path, "worker-killed", data_dir, *SMALL, "--set", "depths=[6]",
+                   "--set", "samples=1", "--set", f"fixed.epochs={epochs}")
+    uri = f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"
+
+    # Tune's results first: the driver must have made the sqlite store before we read it.
+    wait_until(lambda: any(rows and rows[-1]["epoch"] >= 2
+                           for rows in sweep.results().values()), "epoch 2 is reported")
+    wait_until(lambda: any(r.data.metrics.get("epoch", 0) >= 2 for r in child_runs(uri)),
+               "MLflow shows epoch 2")
+    (worker,) = [p for p in psutil.Process(sweep.proc.pid).children(recursive=True)
+                 if " ".join(p.cmdline()).startswith("ray::ImplicitFunc")]
+    kill_all([worker])
+
+    code, summary, err = sweep.wait()
+    assert code == 0 and summary and summary["completed"] == 1, err[-3000:]
+    assert summary["complete"]
+    client = MlflowClient(uri)
+    runs = child_runs(uri)
+    check_child_runs(client, runs, 1)  # one run, not two
+    assert_full_histories(client, runs[0], epochs)
+    ((trial_dir, results),) = sweep.results().items()
+    pids = [r["pid"] for r in results]
+    assert pids[0] == worker.pid and len(set(pids)) == 2, pids  # it went on in a new worker,
+    assert [r["epoch"] for r in results] == list(range(1, epochs + 1))  # from its checkpoint
+    config = json.loads((tmp_path / "results" / "sweeps" / sweep.name / trial_dir /
+                         "params.json").read_text())
+    unbroken = Trainer(trial_config(config), load_dataset("jsb", data_dir, allow_fetch=False))
+    unbroken.fit()
+    logged = sorted(client.get_metric_history(runs[0].info.run_id, "valid_loss"),
+                    key=lambda m: m.step)
+    assert [m.value for m in logged] == [h["valid_loss"] for h in unbroken.history]
+
+
+# -- a worker node stopped -----------------------------------------------------------------
+def node_processes(gcs: str, head: bool) -> list[psutil.Process]:
+    """One node of the cluster at `gcs`: its raylet with the workers under it, and its
+    agents (found by the raylet's node id)."""
+    port = gcs.rsplit(":", 1)[1]
+    (raylet,) = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"]
+                 and p.info["cmdline"][0].endswith("/raylet")
+                 and any(a.startswith("--gcs-address=") and a.endswith(f":{port}")
+                         for a in p.info["cmdline"])
+                 and ("--head" in p.info["cmdline"]) == head]
+    node_id = next(a for a in raylet.info["cmdline"] if a.startswith("--node_id="))[10:]
+    agents = [p for p in psutil.process_iter(["cmdline"])
+              if f"--node-id={node_id}" in (p.info["cmdline"] or [])]
+    return [raylet, *raylet.children(recursive=True), *agents]
+
+
+def test_worker_node_stopped_its_trials_finish_on_the_head(two_node_cluster, tmp_path,
+                                                           data_dir, sweeps):
+    """Stop the worker node (its raylet, workers and agents) while it runs a trial: the
+    trial goes on from its checkpoint on the head and the sweep completes."""
+    gcs, _, env = two_node_cluster
+    epochs = 8
+    sweep = sweeps(tmp_path, "node-lost", data_dir, "--address", gcs, *SMALL, "--set",
+                   "depths=[2]", "--set", "samples=3", "--set", f"fixed.epochs={epochs}",
+                   env=env)
+    on_worker = set()
+
+    def trial_on_worker_node_at_epoch_2():
+        on_worker.update(p.pid for p in node_processes(gcs, head=False))
+        return any(rows[-1]["epoch"] >= 2 and rows[-1]["pid"] in on_worker
+                   for rows in sweep.results().values() if rows)
+    wait_until(trial_on_worker_node_at_epoch_2, "a trial on the worker node reached epoch 2")
+    victims = node_processes(gcs, head=False)
+    kill_all(victims)  # `ray stop` on the worker node
+    victims = {p.pid for p in victims}
+
+    code, summary, err = sweep.wait()
+    assert code == 0 and summary and summary["completed"] == 3, err[-3000:]
+    assert summary["complete"]
+    uri = f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    runs = child_runs(uri)
+    check_child_runs(client, runs, 3)
+    for run in runs:
+        assert_full_histories(client, run, epochs)
+    moved = [rows for rows in sweep.results().values() if rows[0]["pid"] in victims]
+    assert moved, "no trial was running on the stopped node"
+    for rows in moved:  # went on from its checkpoint, on the head (the only node left)
+        assert [r["epoch"] for r in rows] == list(range(1, epochs + 1))
+        assert rows[-1]["pid"] not in victims
+
+
+# -- the MLflow server down ----------------------------------------------------------------
+class MlflowServer:
+    """A real `mlflow server` on 127.0.0.1 that can be killed and started again on the same
+    port and sqlite store (test_sweep's `mlflow_server` fixture runs one for good)."""
+
+    def __init__(self, root: Path):
+        self.root, self.port, self.proc = root, free_port(), None
+        self.uri = f"http://127.0.0.1:{self.port}"
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port",
+             str(self.port), "--backend-store-uri", f"sqlite:///{self.root / 'server.db'}",
+             "--artifacts-destination", str(self.root / "artifacts"), "--workers", "1"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+        def healthy():
+            try:
+                return urllib.request.urlopen(f"{self.uri}/health", timeout=2).status == 200
+            except OSError:
+                return False
+        wait_until(healthy, "mlflow server answers", timeout=120)
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+@pytest.fixture
+def mlflow_srv(tmp_path):
+    """A running MlflowServer, killed at the end."""
+    server = MlflowServer(tmp_path)
+    server.start()
+    yield server
+    server.kill()
+
+
+def test_mlflow_down_mid_sweep_records_reach_it_when_back(mlflow_srv, tmp_path, data_dir,
+                                                          sweeps):
+    """Kill the server after the first epoch; while it is down a trial ends and another
+    starts; start it again: every trial has its one run, full history and final status."""
+    epochs = 4
+    sweep = sweeps(tmp_path, "mlflow-down", data_dir, "--tracking-uri", mlflow_srv.uri,
+                   *SMALL, "--set", "depths=[1,2]", "--set", f"fixed.epochs={epochs}")
+    wait_until(lambda: any(r.data.metrics.get("epoch", 0) >= 1
+                           for r in child_runs(mlflow_srv.uri)), "MLflow shows epoch 1")
+    mlflow_srv.kill()
+    before = {trial for trial, rows in sweep.results().items() if rows}
+
+    def trial_ended_and_another_started():
+        results = sweep.results()
+        ended = any(rows and rows[-1]["status"] != "running" for rows in results.values())
+        return ended and any(rows for trial, rows in results.items() if trial not in before)
+    wait_until(trial_ended_and_another_started, "a trial ended and another started")
+    mlflow_srv.start()
+
+    code, summary, err = sweep.wait()
+    assert code == 0 and summary and summary["trials"] == 4, err[-3000:]
+    assert summary["complete"]
+    assert "is not answering" in err and "is back" in err
+    client = MlflowClient(mlflow_srv.uri)
+    runs = child_runs(mlflow_srv.uri)
+    check_child_runs(client, runs, 4)
+    for run in runs:
+        assert_full_histories(client, run, epochs)
+    assert not (tmp_path / "results" / "sweeps" / sweep.name / "mlflow_pending.json").exists()
+
+
+def test_mlflow_down_to_the_end_then_resume_sends_what_was_kept(mlflow_srv, tmp_path,
+                                                                data_dir, sweeps):
+    """The server dies for good mid-sweep: the trials still finish; the driver keeps the
+    records on disk and ends with one line naming the fix; with the server back, `sweep
+    resume` sends them and closes the sweep."""
+    epochs = 3
+    sweep = sweeps(tmp_path, "mlflow-gone", data_dir, "--tracking-uri", mlflow_srv.uri,
+                   *SMALL, "--set", "depths=[1]", "--set", f"fixed.epochs={epochs}")
+    wait_until(lambda: any(r.data.metrics.get("epoch", 0) >= 1
+                           for r in child_runs(mlflow_srv.uri)), "MLflow shows epoch 1")
+    mlflow_srv.kill()
+
+    code, summary, err = sweep.wait()
+    assert code == 2 and "Traceback" not in err, err[-3000:]
+    pending = tmp_path / "results" / "sweeps" / sweep.name / "mlflow_pending.json"
+    assert pending.exists() and f"saved in {pending}" in err
+    assert f"rhnsearch sweep resume {sweep.name}" in err.strip().splitlines()[-1]
+    assert all(rows[-1]["status"] == "completed" for rows in sweep.results().values())
+
+    mlflow_srv.start()
+    proc = rhnsearch_cli("sweep", "resume", sweep.name, "--json", cwd=tmp_path, timeout=300)
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["complete"] and summary["completed"] == 2
+    client = MlflowClient(mlflow_srv.uri)
+    runs = child_runs(mlflow_srv.uri)
+    check_child_runs(client, runs, 2)
+    for run in runs:
+        assert_full_histories(client, run, epochs)
+    assert not pending.exists()
+
+
+# -- the results dir not writable ----------------------------------------------------------
+def mount_tmpfs(path: Path, options: str):
+    path.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+
+
+@pytest.fixture
+def results_dir(tmp_path):
+    """tmp_path/results, as the test's case makes it; unmounted afterwards."""
+    path = tmp_path / "results"
+    yield path
+    if path.is_mount():
+        subprocess.run(["umount", str(path)], check=True)
+
+
+def fill(directory: Path):
+    """Write zeros into `directory` until its disk is full."""
+    with open(directory / "filler", "wb", buffering=0) as out:
+        while True:
+            try:
+                out.write(bytes(4096))
+            except OSError:
+                return
+
+
+@pytest.mark.parametrize("case", ["read-only", "full", "a file"])
+def test_results_dir_not_writable_is_one_line_before_the_sweep(case, results_dir, tmp_path,
+                                                               data_dir):
+    if case == "read-only":  # root writes through chmod: a read-only mount stops it
+        mount_tmpfs(results_dir, "size=1m,ro")
+    elif case == "full":
+        mount_tmpfs(results_dir, "size=64k")
+        fill(results_dir)
+    else:
+        results_dir.write_text("not a directory\n")
+    before = sorted(tmp_path.rglob("*"))
+    proc = rhnsearch_cli("sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir",
+                         data_dir, cwd=tmp_path, check=False, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert f"results directory {results_dir}" in proc.stderr and "not writable" in proc.stderr
+    assert sorted(tmp_path.rglob("*")) == before
