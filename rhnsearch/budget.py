@@ -62,7 +62,7 @@ def parse_count(text: str) -> int:
         if t and t[-1] in scale:
             return int(round(float(t[:-1]) * scale[t[-1]]))
         return int(float(t))
-    except ValueError:
+    except (ValueError, OverflowError):
         raise UserError(f"cannot read {text!r} as a parameter count: write e.g. 32M, 250k "
                         "or 250000") from None
 

@@ -116,7 +116,10 @@ class Space(Strict):
     @classmethod
     def parse_budget(cls, v):
         if isinstance(v, dict):
-            return {int(k): parse_count(x) for k, x in v.items()}
+            try:
+                return {int(k): parse_count(x) for k, x in v.items()}
+            except TypeError:
+                raise ValueError("budget keys are depths (integers)") from None
         return None if v is None else parse_count(v)
 
     @field_validator("fixed")
@@ -124,7 +127,7 @@ class Space(Strict):
     def known_fixed(cls, v):
         unknown = set(v) - (TRIAL_FIELDS - CELL_FIELDS)
         if unknown:
-            raise ValueError(f"unknown trial setting {sorted(unknown)[0]!r}: use one of "
+            raise ValueError(f"unknown trial setting {sorted(unknown, key=str)[0]!r}: use one of "
                              f"{', '.join(sorted(TRIAL_FIELDS - CELL_FIELDS))}")
         return v
 
@@ -133,7 +136,7 @@ class Space(Strict):
     def known_params(cls, v):
         unknown = set(v) - (TRIAL_FIELDS - CELL_FIELDS)
         if unknown:
-            raise ValueError(f"unknown hyperparameter {sorted(unknown)[0]!r}: use one of "
+            raise ValueError(f"unknown hyperparameter {sorted(unknown, key=str)[0]!r}: use one of "
                              f"{', '.join(sorted(TRIAL_FIELDS - CELL_FIELDS))}")
         return v
 
@@ -145,8 +148,10 @@ class Space(Strict):
             missing = [d for d in self.depths if d not in self.budget]
             if missing:
                 raise ValueError(f"budget has no entry for depth {missing[0]}: add one")
-        if "epochs" not in self.fixed:
-            raise ValueError("fixed.epochs is required (the most epochs a trial may run)")
+        epochs = self.fixed.get("epochs")
+        if type(epochs) is not int or epochs < 1:
+            raise ValueError("fixed.epochs is required, a positive integer (the most epochs a "
+                             f"trial may run), got {epochs!r}")
         if self.scheduler.name == "asha" and self.scheduler.grace_period >= self.epochs:
             raise ValueError(f"scheduler.grace_period ({self.scheduler.grace_period}) must be "
                              f"below fixed.epochs ({self.epochs}) for ASHA to stop anything")
@@ -203,7 +208,10 @@ def parse_override(text: str) -> tuple[list[str], object]:
     if not sep or not key.strip():
         raise UserError(f"cannot read override {text!r}: write key=value, e.g. "
                         "--set samples=4 or --set fixed.epochs=20")
-    return key.strip().split("."), yaml.safe_load(value)
+    try:
+        return key.strip().split("."), yaml.safe_load(value)
+    except yaml.YAMLError:
+        raise UserError(f"cannot read override {text!r}: its value is not valid YAML") from None
 
 
 def read_yaml(path: Path) -> dict:
@@ -225,12 +233,15 @@ def read_yaml(path: Path) -> dict:
 def resolve(raw: dict, preset: str | None, overrides=(), source: str = "space") -> dict:
     """Apply the preset, then the overrides, to the raw YAML mapping."""
     presets = raw.get("presets") or {}
+    if not isinstance(presets, dict) or not all(isinstance(p, dict | None) for p in
+                                                presets.values()):
+        raise UserError(f"{source}: presets must map each preset name to a mapping of fields")
     doc = {k: v for k, v in raw.items() if k != "presets"}
     if preset:
         if preset not in presets:
             raise UserError(f"{source}: no preset {preset!r}; this space has "
-                            f"{', '.join(presets) or 'none'}")
-        doc = deep_merge(doc, presets[preset])
+                            f"{', '.join(map(str, presets)) or 'none'}")
+        doc = deep_merge(doc, presets[preset] or {})
     for text in overrides:
         path, value = parse_override(text)
         target = doc
@@ -254,7 +265,7 @@ def load_space(path, preset: str | None = None, overrides=(), study: str | None 
         space = Space.model_validate(doc)
     except ValidationError as exc:
         err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or "space"
+        field = ".".join(str(p) for p in err["loc"]).encode("unicode_escape").decode() or "space"
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key (check its spelling, or see spaces/README.md for the fields)"
