@@ -171,11 +171,12 @@ def history(exp: Experiment, runs: pd.DataFrame) -> pd.DataFrame:
 
 def _history_sql(uri: str, run_ids: list) -> pd.DataFrame:
     """(run_id, key, step, value) of the metrics of RUN_IDS in logging order, in one SELECT on
-    the sqlite file, read-only. The `epoch` metric is left out: it is the step."""
+    the sqlite file, read-only. The `epoch` metric is left out: it is the step; so are
+    metrics at step 0 (epochs start at 1; step 0 holds summaries such as analyses')."""
     path = Path(uri.removeprefix("sqlite:///")).resolve()
     with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
         rows = db.execute("SELECT run_uuid, key, step, value, is_nan FROM metrics WHERE "
-                          "run_uuid IN (SELECT value FROM json_each(?)) AND key != 'epoch' "
+                          "run_uuid IN (SELECT value FROM json_each(?)) AND key != 'epoch' AND step >= 1 "
                           "ORDER BY timestamp", (json.dumps(run_ids),)).fetchall()
     long = pd.DataFrame.from_records(rows, columns=["run_id", "key", "step", "value", "is_nan"])
     long["value"] = unclipped(long["value"].astype("float64").where(long["is_nan"] == 0))
@@ -183,12 +184,13 @@ def _history_sql(uri: str, run_ids: list) -> pd.DataFrame:
 
 
 def _history_client(exp: Experiment, runs: pd.DataFrame) -> pd.DataFrame:
-    """The same rows through the tracking API: one get_metric_history call per run and metric."""
+    """The same rows through the tracking API: one get_metric_history call per run and metric
+    (epochs only, as in `_history_sql`)."""
     keys = [c.removeprefix("metrics.") for c in runs.columns
             if c.startswith("metrics.") and c != "metrics.epoch"]
     rows = [(run_id, key, m.step, m.value) for run_id in runs["run_id"] for key in keys
             for m in sorted(exp.client.get_metric_history(run_id, key),
-                            key=lambda m: m.timestamp)]
+                            key=lambda m: m.timestamp) if m.step >= 1]
     long = pd.DataFrame(rows, columns=["run_id", "key", "step", "value"])
     long["value"] = unclipped(long["value"].astype("float64"))
     return long

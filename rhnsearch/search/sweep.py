@@ -120,9 +120,11 @@ def start_ray(address: str | None):
 
 
 def check_resources(space: Space, local: bool):
-    """A trial asking for a GPU that the local Ray does not have would wait forever."""
-    has = ray.cluster_resources()
-    if space.resources.gpu > 0 and not has.get("GPU"):
+    """A trial asking for a GPU that Ray does not have would wait forever. A local Ray (not
+    started yet) has the GPUs torch sees."""
+    import torch
+    if space.resources.gpu > 0 and not (torch.cuda.is_available() if local
+                                        else ray.cluster_resources().get("GPU")):
         message = (f"the space asks for {space.resources.gpu} GPU per trial but Ray has no GPU:"
                    " pass --set resources.gpu=0 to train on CPUs")
         if local:
@@ -163,6 +165,8 @@ def run_sweep(space_path, preset=None, overrides=(), address=None, search=None,
     check_writable(sweeps_root)
     if address:
         check_address(address)
+    else:
+        check_resources(space, local=True)
     search = search or space.search
     scheduler = scheduler or space.scheduler.name
     root = default_data_dir(data_dir).resolve()
@@ -176,7 +180,8 @@ def run_sweep(space_path, preset=None, overrides=(), address=None, search=None,
         raise UserError(f"sweep {name} already exists in {directory}: resume it with "
                         f"`rhnsearch sweep resume {name}` or pick another --name")
     start_ray(address)  # an unreachable cluster fails here, before anything is recorded
-    check_resources(space, local=not address)
+    if address:
+        check_resources(space, local=False)
     client = MlflowClient(uri)
     experiment_id = get_experiment(client, uri, experiment or space.study)
     parent = client.create_run(experiment_id, run_name=name, tags={
