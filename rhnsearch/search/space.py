@@ -122,22 +122,16 @@ class Space(Strict):
                 raise ValueError("budget keys are depths (integers)") from None
         return None if v is None else parse_count(v)
 
-    @field_validator("fixed")
+    @field_validator("fixed", "params")
     @classmethod
-    def known_fixed(cls, v):
-        unknown = set(v) - (TRIAL_FIELDS - CELL_FIELDS)
+    def known_settings(cls, v, info):
+        """fixed and params may name any trial setting but the cell's own fields."""
+        settable = TRIAL_FIELDS - CELL_FIELDS
+        unknown = set(v) - settable
         if unknown:
-            raise ValueError(f"unknown trial setting {sorted(unknown, key=str)[0]!r}: use one of "
-                             f"{', '.join(sorted(TRIAL_FIELDS - CELL_FIELDS))}")
-        return v
-
-    @field_validator("params")
-    @classmethod
-    def known_params(cls, v):
-        unknown = set(v) - (TRIAL_FIELDS - CELL_FIELDS)
-        if unknown:
-            raise ValueError(f"unknown hyperparameter {sorted(unknown, key=str)[0]!r}: use one of "
-                             f"{', '.join(sorted(TRIAL_FIELDS - CELL_FIELDS))}")
+            what = "trial setting" if info.field_name == "fixed" else "hyperparameter"
+            raise ValueError(f"unknown {what} {sorted(unknown, key=str)[0]!r}: use one of "
+                             f"{', '.join(sorted(settable))}")
         return v
 
     @model_validator(mode="after")
