@@ -1,5 +1,6 @@
 """Shared fixtures: the real data in ../shared/data (or $RHNSEARCH_TEST_DATA)."""
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,23 @@ def jsb(data_dir):
 def ptb_sample(data_dir):
     from rhnsearch.data import load_dataset
     return load_dataset("ptb-sample", data_dir, allow_fetch=False)
+
+
+@contextmanager
+def http_file_server(root: Path):
+    """A real HTTP server on 127.0.0.1 serving the files under `root`; yields its URL."""
+    import functools
+    import http.server
+    import threading
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *a: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def rhnsearch_cli(*args, cwd, timeout=900, check=True, env=None):

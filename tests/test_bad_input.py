@@ -3,7 +3,6 @@ table of cases and a property test of random mutations), data files, MLflow URIs
 port. Security: the UI listens on loopback only; a checkpoint holding pickled objects is
 refused unread."""
 import functools
-import http.server
 import json
 import os
 import signal
@@ -11,7 +10,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -23,7 +21,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import ROOT, rhnsearch_cli
+from conftest import ROOT, http_file_server, rhnsearch_cli
 from rhnsearch.cli import main
 from rhnsearch.errors import UserError
 from rhnsearch.search.space import load_space
@@ -223,12 +221,8 @@ def web_server(tmp_path):
     """A plain HTTP file server on loopback: reachable, but not MLflow."""
     root = tmp_path / "www"
     root.mkdir()
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *a: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with http_file_server(root) as url:
+        yield url
 
 
 @pytest.mark.parametrize("uri", ["WEB", "ftp://127.0.0.1/mlflow", "nosuch://mlflow"])

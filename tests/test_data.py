@@ -5,6 +5,7 @@ import shutil
 import pytest
 import torch
 
+from conftest import http_file_server
 from rhnsearch.data import batches, batchify, load_dataset, windows
 from rhnsearch.data.jsb import KEYS, load_jsb
 from rhnsearch.errors import UserError
@@ -112,17 +113,10 @@ def test_fetch_from_unreachable_source_fails_fast_and_writes_nothing(tmp_path):
 @pytest.fixture
 def mirror(tmp_path):
     """A real HTTP server on 127.0.0.1 serving a data-dir layout from tmp_path/'mirror'."""
-    import functools
-    import http.server
-    import threading
     root = tmp_path / "mirror"
     root.mkdir()
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *a: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield root, f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with http_file_server(root) as url:
+        yield root, url
 
 
 def test_fetch_from_mirror_checks_sha_and_writes_atomically(mirror, tmp_path, data_dir,
