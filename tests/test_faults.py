@@ -266,10 +266,11 @@ def mlflow_srv(tmp_path):
 def test_mlflow_down_mid_sweep_records_reach_it_when_back(mlflow_srv, tmp_path, data_dir,
                                                           sweeps):
     """Kill the server after the first epoch; while it is down a trial ends and another
-    starts; start it again: every trial has its one run, full history and final status."""
-    epochs = 4
+    starts; start it again while a third round of trials runs: every trial has its one run,
+    full history and final status."""
+    epochs = 10  # a round of trials outlasts the server's restart
     sweep = sweeps(tmp_path, "mlflow-down", data_dir, "--tracking-uri", mlflow_srv.uri,
-                   *SMALL, "--set", "depths=[1,2]", "--set", f"fixed.epochs={epochs}")
+                   *SMALL, "--set", "depths=[1,2,4]", "--set", f"fixed.epochs={epochs}")
     wait_until(lambda: any(r.data.metrics.get("epoch", 0) >= 1
                            for r in child_runs(mlflow_srv.uri)), "MLflow shows epoch 1")
     mlflow_srv.kill()
@@ -283,15 +284,15 @@ def test_mlflow_down_mid_sweep_records_reach_it_when_back(mlflow_srv, tmp_path, 
     mlflow_srv.start()
 
     code, summary, err = sweep.wait()
-    assert code == 0 and summary and summary["trials"] == 4, err[-3000:]
+    assert code == 0 and summary and summary["trials"] == 6, err[-3000:]
     assert summary["complete"]
     assert "is not answering" in err and "is back" in err
     client = MlflowClient(mlflow_srv.uri)
     runs = child_runs(mlflow_srv.uri)
-    check_child_runs(client, runs, 4)
+    check_child_runs(client, runs, 6)
     for run in runs:
         assert_full_histories(client, run, epochs)
-    assert not (tmp_path / "results" / "sweeps" / sweep.name / "mlflow_pending.json").exists()
+    assert not (tmp_path / "results" / "sweeps" / sweep.name / "mlflow_pending.jsonl").exists()
 
 
 def test_mlflow_down_to_the_end_then_resume_sends_what_was_kept(mlflow_srv, tmp_path,
@@ -308,7 +309,7 @@ def test_mlflow_down_to_the_end_then_resume_sends_what_was_kept(mlflow_srv, tmp_
 
     code, summary, err = sweep.wait()
     assert code == 2 and "Traceback" not in err, err[-3000:]
-    pending = tmp_path / "results" / "sweeps" / sweep.name / "mlflow_pending.json"
+    pending = tmp_path / "results" / "sweeps" / sweep.name / "mlflow_pending.jsonl"
     assert pending.exists() and f"saved in {pending}" in err
     assert f"rhnsearch sweep resume {sweep.name}" in err.strip().splitlines()[-1]
     assert all(rows[-1]["status"] == "completed" for rows in sweep.results().values())
@@ -323,6 +324,44 @@ def test_mlflow_down_to_the_end_then_resume_sends_what_was_kept(mlflow_srv, tmp_
     for run in runs:
         assert_full_histories(client, run, epochs)
     assert not pending.exists()
+
+
+def test_driver_killed_while_mlflow_is_down_loses_no_record(mlflow_srv, tmp_path, data_dir,
+                                                            sweeps):
+    """Kill the server, then the whole driver (its local Ray too) while records wait for the
+    server: they are in the journal on disk, and `sweep resume` sends them, once each."""
+    epochs = 4
+    sweep = sweeps(tmp_path, "driver-lost", data_dir, "--tracking-uri", mlflow_srv.uri,
+                   *SMALL, "--set", "depths=[1]", "--set", f"fixed.epochs={epochs}")
+    wait_until(lambda: any(r.data.metrics.get("epoch", 0) >= 1
+                           for r in child_runs(mlflow_srv.uri)), "MLflow shows epoch 1")
+    mlflow_srv.kill()
+    journal = tmp_path / "results" / "sweeps" / sweep.name / "mlflow_pending.jsonl"
+
+    def journaled_epochs():
+        if not journal.exists():
+            return set()
+        return {(r["trial_id"], step) for line in journal.read_text().splitlines()
+                for r in [json.loads(line)] for key, _, _, step in r["metrics"]
+                if key == "epoch"}
+    wait_until(lambda: any(step >= 2 for _, step in journaled_epochs()),
+               "an epoch >= 2 is journaled")
+    sweep.stop()  # SIGKILL to the driver's process group
+    kept = journaled_epochs()
+
+    mlflow_srv.start()
+    proc = rhnsearch_cli("sweep", "resume", sweep.name, "--json", cwd=tmp_path, timeout=400)
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["complete"] and summary["completed"] == 2, proc.stderr[-3000:]
+    client = MlflowClient(mlflow_srv.uri)
+    runs = child_runs(mlflow_srv.uri)
+    check_child_runs(client, runs, 2)
+    for run in runs:
+        assert_full_histories(client, run, epochs)
+    sent = {(r.data.tags["trial_id"], m.step) for r in runs
+            for m in client.get_metric_history(r.info.run_id, "epoch")}
+    assert kept and kept <= sent
+    assert not journal.exists()
 
 
 # -- the results dir not writable ----------------------------------------------------------

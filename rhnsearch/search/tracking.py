@@ -3,7 +3,8 @@
 Everything is logged from the sweep driver by a Ray Tune callback, batched per epoch (no
 per-step calls): params when a trial starts, that epoch's metrics (step = epoch) when it
 reports, its final status as a tag when it ends. Records that cannot reach the tracking
-server are kept and retried; a trial restored from a checkpoint keeps its one run.
+server are kept in a journal on disk and retried; a trial restored from a checkpoint keeps
+its one run.
 """
 import json
 import logging
@@ -22,6 +23,7 @@ from .trainable import trial_config
 
 log = logging.getLogger("rhnsearch")
 DEFAULT_STORE = "results/mlflow.db"
+RETRY_SECONDS = 30  # while the store is down, try it again at most this often
 SKIP_RESULT_KEYS = {"status", "epoch", "done", "training_iteration", "trial_id", "date",
                     "timestamp", "pid", "hostname", "node_ip", "config", "time_since_restore",
                     "iterations_since_restore", "checkpoint_dir_name", "should_checkpoint",
@@ -90,7 +92,9 @@ class MLflowTracker(Callback):
 
     Every record goes through a FIFO of pending records; a trial's run is created by its
     first record, so a trial that starts while the store is down is recorded once it is
-    back. Records still pending at the end are saved in the sweep dir and sent on resume.
+    back. While records are pending they are also appended to a journal in the sweep dir
+    (one JSON line each), so that nothing is lost if the driver dies; `sweep resume` sends
+    what the journal holds and MLflow does not.
     """
 
     def __init__(self, tracking_uri: str, experiment_id: str, parent_run_id: str,
@@ -105,6 +109,8 @@ class MLflowTracker(Callback):
         self.runs: dict[str, str | None] = {}  # trial id -> run id (None: not created yet)
         self.logged_epoch: dict[str, int] = {}  # trial id -> last epoch sent or pending
         self.pending: list[dict] = []           # records not yet sent, oldest first
+        self.journaled = 0                      # how many of them are in the journal
+        self.retry_at = 0.0                     # time.monotonic() of the next attempt
         self.warned = False
 
     def __getstate__(self):
@@ -120,7 +126,7 @@ class MLflowTracker(Callback):
 
     @property
     def pending_path(self) -> Path:
-        return Path(self.artifact_dir) / "mlflow_pending.json"
+        return Path(self.artifact_dir) / "mlflow_pending.jsonl"
 
     # -- sending, with retry -------------------------------------------------------------
     def _send(self, trial_id, metrics=(), params=(), tags=(), end=None, name=None):
@@ -139,8 +145,23 @@ class MLflowTracker(Callback):
         self.runs[trial_id] = run.info.run_id
         return run.info.run_id
 
-    def flush(self) -> bool:
-        """Send what is pending, oldest first; keep the rest if the store is unreachable."""
+    def _journal(self):
+        """Append the pending records not yet on disk to the journal, synced."""
+        if self.journaled < len(self.pending):
+            self.pending_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.pending_path, "a") as out:
+                out.writelines(json.dumps(r) + "\n" for r in self.pending[self.journaled:])
+                out.flush()
+                os.fsync(out.fileno())
+            self.journaled = len(self.pending)
+
+    def flush(self, force: bool = False) -> bool:
+        """Send what is pending, oldest first. If the store is unreachable, keep the rest in
+        the journal and wait RETRY_SECONDS before trying again (unless `force`)."""
+        if self.pending and not force and time.monotonic() < self.retry_at:
+            self._journal()
+            return False
+        had_pending = bool(self.pending)
         while self.pending:
             record = self.pending[0]
             try:
@@ -158,11 +179,18 @@ class MLflowTracker(Callback):
             except Exception as exc:  # network or server errors: keep and retry later
                 if not self.warned:
                     log.warning("MLflow at %s is not answering (%s); keeping %d record(s) "
-                                "to retry", self.tracking_uri, str(exc).splitlines()[0][:160],
-                                len(self.pending))
+                                "in %s and retrying every %d s", self.tracking_uri,
+                                str(exc).splitlines()[0][:160], len(self.pending),
+                                self.pending_path, RETRY_SECONDS)
                     self.warned = True
+                self.retry_at = time.monotonic() + RETRY_SECONDS
+                self._journal()
                 return False
             self.pending.pop(0)
+            self.journaled = max(self.journaled - 1, 0)
+        if had_pending:
+            self.pending_path.unlink(missing_ok=True)
+            self.journaled = 0
         if self.warned:
             log.warning("MLflow at %s is back: all buffered records sent", self.tracking_uri)
             self.warned = False
@@ -180,16 +208,28 @@ class MLflowTracker(Callback):
             if trial_id:
                 self.runs[trial_id] = run.info.run_id
                 self.logged_epoch[trial_id] = int(run.data.metrics.get("epoch", 0))
-        if self.pending_path.exists():
-            self.pending = json.loads(self.pending_path.read_text())
-            for record in self.pending:
-                trial_id = record["trial_id"]
-                self.runs.setdefault(trial_id, None)
-                self.logged_epoch[trial_id] = max(
-                    [self.logged_epoch.get(trial_id, 0)] +
-                    [step for key, _, _, step in record["metrics"] if key == "epoch"])
-            if self.flush():
-                self.pending_path.unlink()
+        for record in self._read_journal():
+            trial_id = record["trial_id"]
+            epochs = [step for key, _, _, step in record["metrics"] if key == "epoch"]
+            if epochs and max(epochs) <= self.logged_epoch.get(trial_id, 0):
+                record["metrics"] = []  # sent before the earlier driver stopped
+            self.runs.setdefault(trial_id, None)
+            self.logged_epoch[trial_id] = max([self.logged_epoch.get(trial_id, 0), *epochs])
+            self.pending.append(record)
+        self.journaled = len(self.pending)
+        self.flush(force=True)
+
+    def _read_journal(self) -> list[dict]:
+        """The journal's records; a last line cut short by a dying driver is skipped."""
+        if not self.pending_path.exists():
+            return []
+        records = []
+        for line in self.pending_path.read_text().splitlines():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                break
+        return records
 
     def start_run(self, trial):
         """Queue the trial's run and params, once per trial (not again on a retry)."""
@@ -239,11 +279,8 @@ class MLflowTracker(Callback):
                    end="FAILED")
 
     def on_experiment_end(self, trials, **info):
-        if self.flush():
-            self.pending_path.unlink(missing_ok=True)
+        if self.flush(force=True):
             return
-        self.pending_path.parent.mkdir(parents=True, exist_ok=True)
-        self.pending_path.write_text(json.dumps(self.pending))
         log.warning("MLflow at %s stayed unreachable: %d record(s) could not be sent; they "
                     "are saved in %s and sent by `rhnsearch sweep resume %s`",
                     self.tracking_uri, len(self.pending), self.pending_path, self.sweep_name)
