@@ -145,7 +145,7 @@ def add_ui(sub):
 def run_ui(args):
     import socket
     import subprocess
-    from .search.tracking import resolve_tracking_uri
+    from .tracking_store import resolve_tracking_uri
 
     with socket.socket() as probe:
         if probe.connect_ex((args.host, args.port)) == 0:

@@ -5,7 +5,7 @@ import torch
 from rhnsearch.budget import count_params
 from rhnsearch.models import LAYERS, build_model
 
-ARCHS = ["rhn", "hsg", "dtrnn", "dtsrnn", "lstm"]
+ARCHS = list(LAYERS)  # every registered arch
 
 
 def depth_for(arch, depth):

@@ -14,7 +14,7 @@ def open_run(args):
     """(client, run id, trainer holding the run's model) from RUN_ID or --best."""
     from mlflow.tracking import MlflowClient
 
-    from ..search.tracking import check_store, resolve_tracking_uri
+    from ..tracking_store import check_store, resolve_tracking_uri
     from .checkpoint import best_run_id, load_trainer
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")

@@ -179,8 +179,8 @@ class RHN(nn.Module):
 
     def step(self, projected: torch.Tensor, s: torch.Tensor, mask_h, gates=None) -> torch.Tensor:
         """One time step through all highway layers; appends each layer's t_l to `gates`."""
-        for layer, linear in enumerate(self.recurrent):
-            pre = F.linear(apply_mask(s, mask_h), linear.weight, linear.bias)
+        for layer, recurrent in enumerate(self.recurrent):
+            pre = F.linear(apply_mask(s, mask_h), recurrent.weight, recurrent.bias)
             if layer == 0:
                 pre = pre + projected
             h, t = pre.chunk(2, dim=-1)

@@ -16,7 +16,7 @@ import pandas as pd
 from mlflow.tracking import MlflowClient
 
 from ..errors import UserError
-from ..search.tracking import check_store, resolve_tracking_uri
+from ..tracking_store import check_store, resolve_tracking_uri
 
 ID_COLUMNS = ["experiment", "sweep", "parent_run_id", "run_id", "run_name", "trial_id",
               "status", "stopped_at_epoch", "run_status", "start_time", "end_time"]

@@ -12,7 +12,7 @@ from ..data import data_dir as default_data_dir
 from ..errors import UserError
 from .space import load_space
 from .sweep import check_address
-from .tracking import resolve_tracking_uri
+from ..tracking_store import resolve_tracking_uri
 
 RUNTIME_ENV = Path("jobs/runtime_env.yaml")
 

@@ -25,7 +25,8 @@ from ..data import data_dir as default_data_dir
 from ..data import load_dataset
 from ..errors import UserError
 from .space import Distribution, Space, load_space
-from .tracking import MLflowTracker, check_store, get_experiment, resolve_tracking_uri
+from ..tracking_store import check_store, resolve_tracking_uri
+from .tracking import MLflowTracker, get_experiment
 from .trainable import run_trial
 
 log = logging.getLogger("rhnsearch")

@@ -1,0 +1,53 @@
+"""The MLflow tracking store: where it is by default, its URI made absolute, and a check
+that it answers (shared by sweeps, results and analysis; imports neither Ray nor torch)."""
+import os
+import socket
+from pathlib import Path
+from urllib.parse import urlparse
+
+from mlflow.tracking import MlflowClient
+
+from .errors import UserError
+
+DEFAULT_STORE = "results/mlflow.db"
+
+
+def resolve_tracking_uri(uri: str | None) -> str:
+    """The default sqlite store under results/, or the user's URI; relative sqlite paths are
+    made absolute so that every process of the sweep writes to the same file."""
+    if not uri:
+        uri = f"sqlite:///{DEFAULT_STORE}"
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        path = Path(uri.removeprefix("sqlite:///")).resolve()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        uri = f"sqlite:///{path}"
+    if uri.startswith(("http://", "https://")):
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+    return uri
+
+
+def artifact_root(uri: str, experiment: str) -> str | None:
+    """Artifacts of a sqlite store live beside it (results/artifacts/EXPERIMENT)."""
+    if uri.startswith("sqlite:///"):
+        return (Path(uri.removeprefix("sqlite:///")).parent / "artifacts" / experiment).as_uri()
+    return None
+
+
+def check_store(uri: str):
+    """Fail early, in one line, if the tracking store cannot be reached or written."""
+    url = urlparse(uri)
+    if url.scheme in ("http", "https"):
+        try:
+            socket.create_connection((url.hostname, url.port or 80), timeout=5).close()
+        except OSError as exc:
+            raise UserError(f"MLflow tracking store {uri} is not reachable "
+                            f"({exc.strerror or exc}): start it (mlflow server --host "
+                            "127.0.0.1) or pass a working --tracking-uri") from None
+    try:
+        MlflowClient(uri).search_experiments(max_results=1)
+    except Exception as exc:  # the store's own error types vary by backend
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"{uri} is not a working MLflow tracking store ({first[:200]}): "
+                        "start the MLflow server there or pass a working --tracking-uri "
+                        "(http://HOST:PORT or sqlite:///PATH)") from None
