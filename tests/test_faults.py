@@ -3,6 +3,7 @@ mid-epoch, a worker node of a two-node Ray cluster stopped, the MLflow server do
 of a sweep (or until its end), and a results dir that is read-only, full or not a dir."""
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -82,8 +83,12 @@ class Sweep:
         return self.proc.returncode, summary, err
 
     def stop(self):
+        """SIGKILL the driver and every process under it (its local Ray's workers too, some
+        of which leave its process group), and wait until they are gone."""
         if self.proc.poll() is None:
+            tree = psutil.Process(self.proc.pid).children(recursive=True)
             os.killpg(self.proc.pid, signal.SIGKILL)
+            kill_all(tree)
             self.proc.wait()
 
 
@@ -173,6 +178,48 @@ def test_trial_worker_killed_mid_epoch_resumes_from_its_checkpoint(tmp_path, dat
     logged = sorted(client.get_metric_history(runs[0].info.run_id, "valid_loss"),
                     key=lambda m: m.step)
     assert [m.value for m in logged] == [h["valid_loss"] for h in unbroken.history]
+
+
+def test_resume_after_tune_deleted_the_checkpoint_its_saved_state_names(tmp_path, data_dir,
+                                                                        sweeps):
+    """Tune deletes a superseded checkpoint before it saves its state naming the new one
+    (ray-project/ray#27790): a driver killed in between left a sweep that `sweep resume`
+    could not finish (seen in CI). Kill the driver, leave the files as that race does (the
+    state's checkpoint gone, a newer one there), resume: the trial goes on from the newer
+    checkpoint and its run has every epoch once."""
+    import torch
+
+    from rhnsearch.search.sweep import stale_checkpoints
+    epochs = 20
+    sweep = sweeps(tmp_path, "stale-state", data_dir, *SMALL, "--set", "depths=[1]",
+                   "--set", "samples=1", "--set", f"fixed.epochs={epochs}")
+    uri = f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"
+    wait_until(lambda: any(r.data.metrics.get("epoch", 0) >= 5 for r in child_runs(uri)),
+               "MLflow shows epoch 5")
+    sweep.stop()
+    (run,) = child_runs(uri)
+    logged = int(run.data.metrics["epoch"])
+    directory = tmp_path / "results" / "sweeps" / sweep.name
+    for path in next(directory.glob("run_trial_*")).glob("checkpoint_*"):
+        held = torch.load(path / "trainer.pt", weights_only=True)["epoch"]
+        if held != logged:  # leave one, of an epoch the driver logged, as Tune leaves it:
+            shutil.rmtree(path)
+    (checkpoint,) = next(directory.glob("run_trial_*")).glob("checkpoint_*")
+    index = int(checkpoint.name[-6:])  # registered in place of the one the state names
+    newer = checkpoint.rename(checkpoint.with_name(f"checkpoint_{index + 1:06d}"))
+    ((trial_dir, named),) = stale_checkpoints(directory)
+    assert trial_dir == newer.parent and named < newer.name
+
+    proc = rhnsearch_cli("sweep", "resume", sweep.name, "--json", cwd=tmp_path, timeout=400)
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["complete"] and summary["completed"] == 1, proc.stderr[-3000:]
+    rows = sweep.results()[newer.parent.name]
+    resumed = [r["epoch"] for r in rows if r["pid"] != rows[0]["pid"]]
+    assert resumed == list(range(logged + 1, epochs + 1))
+    client = MlflowClient(uri)
+    (run,) = child_runs(uri)
+    assert run.data.tags["status"] == "completed"
+    assert_full_histories(client, run, epochs)
 
 
 # -- a worker node stopped -----------------------------------------------------------------

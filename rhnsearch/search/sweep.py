@@ -4,10 +4,12 @@ import errno
 import json
 import logging
 import os
+import re
 import socket
 import sys
 import tempfile
 import time
+import zipfile
 from datetime import datetime
 from pathlib import Path
 from urllib.parse import urlparse
@@ -81,7 +83,7 @@ def build_scheduler(space: Space, name: str):
     if name == "fifo":
         return FIFOScheduler()
     s = space.scheduler
-    return ASHAScheduler(time_attr="training_iteration", max_t=space.epochs,
+    return ASHAScheduler(time_attr="epoch", max_t=space.epochs,
                          grace_period=s.grace_period, reduction_factor=s.reduction_factor)
 
 
@@ -237,6 +239,7 @@ def resume_sweep(name: str, address: str | None = None) -> dict:
                         "with `rhnsearch sweep run`")
     start_ray(address)
     space = Space.model_validate(state["space"])
+    repair_checkpoint_names(directory)
     tuner = tune.Tuner.restore(
         str(directory), tune.with_resources(run_trial, {"cpu": space.resources.cpu,
                                                         "gpu": space.resources.gpu}),
@@ -244,6 +247,45 @@ def resume_sweep(name: str, address: str | None = None) -> dict:
     MlflowClient(state["tracking_uri"]).set_tag(state["parent_run_id"], "resumed",
                                                 datetime.now().isoformat(timespec="seconds"))
     return finish(tuner, state)
+
+
+def stale_checkpoints(directory: Path) -> list[tuple[Path, str]]:
+    """(trial dir, checkpoint name) of each trial whose latest checkpoint in the saved Tune
+    state is no longer on disk.
+
+    Tune saves its experiment state every ~10 s but deletes a superseded checkpoint at once
+    (num_to_keep=1): a driver killed in between leaves a state naming a deleted checkpoint,
+    and Tune's resume fails that trial (ray-project/ray#27790).
+    """
+    states = sorted(directory.glob("experiment_state-*.json"))
+    if not states:
+        return []
+    stale = []
+    for trial in json.loads(states[-1].read_text())["trial_data"]:
+        info, run = (json.loads(part) if isinstance(part, str) else part for part in trial)
+        manager = run.get("checkpoint_manager") or {}
+        text = (bytes.fromhex(manager["value"]).decode("latin-1")  # its pickle, not loaded
+                if manager.get("_type") == "CLOUDPICKLE_FALLBACK" else json.dumps(manager))
+        named = re.findall(r"checkpoint_\d{6}", text)
+        trial_dir = directory / info["relative_logdir"]
+        if named and not (trial_dir / max(named)).exists():
+            stale.append((trial_dir, max(named)))
+    return stale
+
+
+def repair_checkpoint_names(directory: Path):
+    """Give each stale trial the checkpoint Tune registered in place of the deleted one:
+    the first complete one after it. Tune registers a checkpoint only after it has logged
+    its result, so the trial goes on from an epoch that MLflow has (a later checkpoint may
+    hold an epoch whose result the killed driver never saw)."""
+    from ..train import CHECKPOINT_FILE
+    for trial_dir, name in stale_checkpoints(directory):
+        newer = [c for c in sorted(trial_dir.glob("checkpoint_[0-9]*"))
+                 if c.name > name and zipfile.is_zipfile(c / CHECKPOINT_FILE)]
+        if newer:  # (one cut short by the kill is not a zip yet)
+            newer[0].rename(trial_dir / name)
+            log.info("%s: resuming from %s (Tune's state named %s, which it had deleted)",
+                     trial_dir.name, newer[0].name, name)
 
 
 def finish(tuner, state: dict) -> dict:
