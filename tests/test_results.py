@@ -81,7 +81,8 @@ def test_export_writes_one_row_per_trial_in_every_format(jsb_smoke, tmp_path):
         assert row["params.depth"] == int(run.data.params["depth"])
         assert row["params.lr"] == float(run.data.params["lr"])
         for key, value in run.data.metrics.items():
-            assert row[f"metrics.{key}"] == value or math.isnan(value)
+            got = row[f"metrics.{key}"]
+            assert got == value or (math.isnan(value) and math.isnan(got)), (key, got, value)
         if row["status"] == "stopped":
             assert row["stopped_at_epoch"] == int(run.data.tags["stopped_at_epoch"])
     csv = pd.read_csv(tmp_path / "trials.csv")
