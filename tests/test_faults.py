@@ -512,3 +512,45 @@ def test_results_dir_not_writable_is_one_line_before_the_sweep(case, results_dir
     assert proc.stderr.strip().count("\n") == 0, proc.stderr
     assert f"results directory {results_dir}" in proc.stderr and "not writable" in proc.stderr
     assert sorted(tmp_path.rglob("*")) == before
+
+
+# -- a trial ended again by a resumed sweep ------------------------------------------------
+def test_resumed_driver_leaves_finished_runs_as_they_were(tmp_path):
+    """A trial that finished in MLflow just before the driver died may still be running in
+    Tune's saved state, so the resumed sweep completes it again: its run keeps its end time
+    and status. A failed run, which the resume retries, is ended again."""
+    from ray.tune.experiment import Trial
+
+    from rhnsearch.search.tracking import MLflowTracker
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.create_experiment("resume")
+    parent = client.create_run(experiment).info.run_id
+
+    def driver():
+        tracker = MLflowTracker(client.tracking_uri, experiment, parent, "s", str(tmp_path))
+        tracker.setup()
+        return tracker
+    done, retried = (Trial("run_trial", config={"cell": {"arch": "rhn", "depth": 1}},
+                           trial_id=name, stub=True) for name in ("done", "retried"))
+    first = driver()
+    for trial, status in ((done, "completed"), (retried, "failed")):
+        first.on_trial_result(0, [], trial, {"epoch": 1, "valid_loss": 2.0})
+        trial.update_last_result({"epoch": 1, "status": status})
+        (first.on_trial_complete if status == "completed" else first.on_trial_error)(
+            0, [], trial)
+    def trial_runs():
+        return {r.data.tags["trial_id"]: r
+                for r in client.search_runs([experiment], "tags.kind = 'trial'")}
+    runs = trial_runs()
+    assert runs["retried"].info.status == "FAILED"
+
+    second = driver()  # the resumed sweep: Tune completes both again
+    time.sleep(0.01)
+    for trial in (done, retried):
+        trial.update_last_result({"epoch": 1, "status": "running"})
+        second.on_trial_complete(0, [], trial)
+    after = trial_runs()
+    assert after["done"].info.end_time == runs["done"].info.end_time
+    assert after["done"].data.tags["status"] == "completed"
+    assert after["retried"].info.status == "FINISHED"
+    assert after["retried"].info.end_time > runs["retried"].info.end_time

@@ -64,6 +64,7 @@ class MLflowTracker(Callback):
         self._client = None
         self.runs: dict[str, str | None] = {}  # trial id -> run id (None: not created yet)
         self.logged_epoch: dict[str, int] = {}  # trial id -> last epoch sent or pending
+        self.finished: set[str] = set()         # trials whose run ended, sent or pending
         self.pending: list[dict] = []           # records not yet sent, oldest first
         self.journaled = 0                      # how many of them are in the journal
         self.retry_at = 0.0                     # time.monotonic() of the next attempt
@@ -164,6 +165,8 @@ class MLflowTracker(Callback):
             if trial_id:
                 self.runs[trial_id] = run.info.run_id
                 self.logged_epoch[trial_id] = int(run.data.metrics.get("epoch", 0))
+                if run.info.status == "FINISHED":
+                    self.finished.add(trial_id)
         for record in self._read_journal():
             trial_id = record["trial_id"]
             epochs = [step for key, _, _, step in record["metrics"] if key == "epoch"]
@@ -171,6 +174,8 @@ class MLflowTracker(Callback):
                 record["metrics"] = []  # sent before the earlier driver stopped
             self.runs.setdefault(trial_id, None)
             self.logged_epoch[trial_id] = max([self.logged_epoch.get(trial_id, 0), *epochs])
+            if record["end"] == "FINISHED":
+                self.finished.add(trial_id)
             self.pending.append(record)
         self.journaled = len(self.pending)
         self.flush(force=True)
@@ -218,21 +223,29 @@ class MLflowTracker(Callback):
         self.logged_epoch[trial.trial_id] = epoch
         self._send(trial.trial_id, metrics=metrics)
 
+    def _end(self, trial, tags, end: str):
+        """Queue the trial's final tags and end its run. A trial that finished before a
+        driver died may be completed again by the resumed sweep: its run is left as it was
+        (a failed one is retried by the resume, and ends again)."""
+        if trial.trial_id in self.finished:
+            return
+        if end == "FINISHED":
+            self.finished.add(trial.trial_id)
+        self.start_run(trial)
+        self._send(trial.trial_id, tags=tags, end=end)
+
     def on_trial_complete(self, iteration, trials, trial, **info):
         result = trial.last_result or {}
         status = result.get("status", "running")
         tags = [RunTag("status", status if status != "running" else "stopped")]
         if status == "running":
             tags.append(RunTag("stopped_at_epoch", str(result.get("epoch", 0))))
-        self.start_run(trial)
-        self._send(trial.trial_id, tags=tags, end="FINISHED")
+        self._end(trial, tags, "FINISHED")
 
     def on_trial_error(self, iteration, trials, trial, **info):
         error = str(getattr(trial, "error_msg", "") or "worker error").splitlines()
-        self.start_run(trial)
-        self._send(trial.trial_id, tags=[RunTag("status", "failed"),
-                                         RunTag("error", (error[-1] if error else "")[:500])],
-                   end="FAILED")
+        self._end(trial, [RunTag("status", "failed"),
+                          RunTag("error", (error[-1] if error else "")[:500])], "FAILED")
 
     def on_experiment_end(self, trials, **info):
         if self.flush(force=True):
