@@ -10,9 +10,9 @@ import yaml
 
 from ..data import data_dir as default_data_dir
 from ..errors import UserError
+from ..tracking_store import resolve_tracking_uri
 from .space import load_space
 from .sweep import check_address
-from ..tracking_store import resolve_tracking_uri
 
 RUNTIME_ENV = Path("jobs/runtime_env.yaml")
 

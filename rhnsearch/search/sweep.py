@@ -26,8 +26,8 @@ from ray.tune.search.optuna import OptunaSearch
 from ..data import data_dir as default_data_dir
 from ..data import load_dataset
 from ..errors import UserError
-from .space import Distribution, Space, load_space
 from ..tracking_store import check_store, resolve_tracking_uri
+from .space import Distribution, Space, load_space
 from .tracking import MLflowTracker, get_experiment
 from .trainable import run_trial
 
@@ -253,9 +253,10 @@ def stale_checkpoints(directory: Path) -> list[tuple[Path, str]]:
     """(trial dir, checkpoint name) of each trial whose latest checkpoint in the saved Tune
     state is no longer on disk.
 
-    Tune saves its experiment state every ~10 s but deletes a superseded checkpoint at once
-    (num_to_keep=1): a driver killed in between leaves a state naming a deleted checkpoint,
-    and Tune's resume fails that trial (ray-project/ray#27790).
+    With num_to_keep=1, Tune deletes the superseded checkpoint when it registers a new one
+    and saves its experiment state naming the new one only afterwards: a driver killed in
+    between leaves a state naming a deleted checkpoint, and Tune's resume fails that trial
+    (ray-project/ray#27790).
     """
     states = sorted(directory.glob("experiment_state-*.json"))
     if not states:
