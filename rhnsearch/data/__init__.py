@@ -1,9 +1,12 @@
 """Datasets by name: `load_dataset("jsb" | "ptb" | "ptb-sample", data_dir)`."""
+from ..errors import UserError
 from .jsb import JSBData, batches, load_jsb
 from .ptb import PTBData, batchify, load_ptb, load_ptb_sample, windows
 from .sources import SOURCES, data_dir, ensure, fetch
 
-DATASETS = {"jsb": "jsb", "ptb": "ptb", "ptb-sample": "ptb"}  # dataset -> task
+DATASETS = {"jsb": "jsb", "ptb": "ptb", "ptb-sample": "ptb"}  # dataset -> its task
+LOADERS = {"jsb": lambda root: load_jsb(root / SOURCES["jsb"][0].path),
+           "ptb": load_ptb, "ptb-sample": load_ptb_sample}
 
 __all__ = ["DATASETS", "JSBData", "PTBData", "SOURCES", "batches", "batchify", "data_dir",
            "ensure", "fetch", "load_dataset", "windows"]
@@ -11,11 +14,8 @@ __all__ = ["DATASETS", "JSBData", "PTBData", "SOURCES", "batches", "batchify", "
 
 def load_dataset(name: str, root=None, allow_fetch: bool = True):
     """Load a dataset from the data dir, fetching missing files on first use."""
-    from ..errors import UserError
     if name not in DATASETS:
         raise UserError(f"unknown dataset {name!r}: use one of {', '.join(DATASETS)}")
     root = data_dir(root)
     ensure(name, root, allow_fetch)
-    if name == "jsb":
-        return load_jsb(root / SOURCES["jsb"][0].path)
-    return load_ptb(root) if name == "ptb" else load_ptb_sample(root)
+    return LOADERS[name](root)
