@@ -1,11 +1,15 @@
-"""Recurrent layer speed: naive cell vs our layer vs nn.LSTM at equal parameter count.
+"""Recurrent layer speed: the reference backend (the cells of rhnsearch/models/cells.py, step
+by step), the fused backend and nn.LSTM at equal parameter count.
 
 For each shape and arch, times forward + backward of the three, interleaved round by round in
 one run (the machine is noisy), and reports ratios of median times; then tokens per second of
 a full JSB and a full ptb-sample training epoch (after a warm-up epoch) through
 rhnsearch.train.Trainer, for the RHN and an LSTM with as many parameters. Prints a table and,
-last, one JSON line with "shapes", "rhn_over_lstm", "naive_over_rhn" (one ratio per shape),
-the same for every arch, and "tokens_per_sec".
+last, one JSON line with "shapes", "rhn_over_lstm" (fused RHN / nn.LSTM), "naive_over_rhn"
+(reference / fused), "naive_rhn_over_lstm" (reference / nn.LSTM), one ratio per shape (null
+where the arch is not timed at that shape), the same for every arch, and "tokens_per_sec".
+The shapes: the two reference shapes (a JSB-like and a PTB-like layer) and the papers' PTB
+shapes (width 830 at depth 10, RHN paper; at depth 40, HSG paper).
 
     python benchmarks/layer_speed.py [--data-dir ../shared/data] [--rounds 15]
 
@@ -21,18 +25,18 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from naive_cells import naive_like  # noqa: E402
-
-from rhnsearch.budget import count_params, layer_params, solve_width  # noqa: E402
-from rhnsearch.data import load_dataset  # noqa: E402
-from rhnsearch.models import HSG, LAYERS, RHN  # noqa: E402
-from rhnsearch.models import kernels  # noqa: E402
-from rhnsearch.train import Trainer, TrialConfig  # noqa: E402
+from rhnsearch.budget import count_params, layer_params, solve_width
+from rhnsearch.data import load_dataset
+from rhnsearch.models import CELLS, Recurrent
+from rhnsearch.models.fused import kernels
+from rhnsearch.train import Trainer, TrialConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-SHAPES = [dict(T=64, B=32, F=88, width=256, depth=6), dict(T=35, B=20, F=256, width=512, depth=4)]
 ARCHS = ["rhn", "hsg", "dtrnn", "dtsrnn"]
+SHAPES = [dict(T=64, B=32, F=88, width=256, depth=6, archs=ARCHS, rounds=1.0),
+          dict(T=35, B=20, F=256, width=512, depth=4, archs=ARCHS, rounds=1.0),
+          dict(T=35, B=20, F=830, width=830, depth=10, archs=["rhn", "hsg"], rounds=0.4),
+          dict(T=35, B=20, F=830, width=830, depth=40, archs=["rhn", "hsg"], rounds=0.2)]
 
 
 def lstm_hidden(params: int, input_size: int) -> int:
@@ -43,26 +47,28 @@ def lstm_hidden(params: int, input_size: int) -> int:
     return n
 
 
-def make_layer(arch: str, shape: dict) -> torch.nn.Module:
-    """Our layer, initialised as build_model does (uniform 0.04, gate biases -2 / -2.5)."""
-    layer = LAYERS[arch](shape["F"], shape["width"], shape["depth"])
+def make_cell(arch: str, shape: dict) -> torch.nn.Module:
+    """The arch's cell, initialised as build_model does (uniform 0.04, gate biases -2 / -2.5)."""
+    cell = CELLS[arch](shape["F"], shape["width"], shape["depth"])
     with torch.no_grad():
-        for p in layer.parameters():
+        for p in cell.parameters():
             p.uniform_(-0.04, 0.04)
-    if isinstance(layer, HSG):
-        layer.set_gate_bias(-2.5)
-    rhn = layer.rhn if isinstance(layer, HSG) else layer
-    if isinstance(rhn, RHN):
-        rhn.set_transform_bias(-2.0)
-    return layer
+        if arch in ("rhn", "hsg"):
+            for layer in range(shape["depth"]):
+                cell.transform_bias(layer).fill_(-2.0)
+        if arch == "hsg":
+            cell.gate_new.bias.fill_(-2.5)
+    return cell
 
 
 def time_layers(shape: dict, arch: str, rounds: int, clock) -> dict:
-    """Median seconds of forward + backward for naive, ours and lstm, interleaved."""
-    ours = make_layer(arch, shape)
+    """Median seconds of forward + backward for the reference and fused backends and an
+    nn.LSTM of as many parameters, interleaved."""
+    cell = make_cell(arch, shape)
     hidden = lstm_hidden(layer_params(arch, shape["depth"], shape["width"], shape["F"]),
                          shape["F"])
-    layers = {"naive": naive_like(ours), "ours": ours,
+    layers = {"naive": Recurrent(cell, backend="reference"),
+              "ours": Recurrent(cell, backend="fused"),
               "lstm": torch.nn.LSTM(shape["F"], hidden)}
     x = torch.randn(shape["T"], shape["B"], shape["F"], requires_grad=True)
 
@@ -97,7 +103,7 @@ def epoch_speed(data_dir: Path) -> dict:
                           drop_h=0.25 if arch == "rhn" else 0.0)
             if arch == "lstm":  # the same parameter count as the RHN
                 task = TrialConfig(**config).task
-                vocab = len(data.vocab) if task == "ptb" else 0
+                vocab = len(getattr(data, "vocab", ()))
                 budget = count_params(task, "rhn", options["depth"], options["width"],
                                       vocab_size=vocab)
                 config.update(depth=1, width=solve_width(budget, task, "lstm", 1,
@@ -117,6 +123,8 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--clock", choices=["wall", "thread"], default="wall",
                         help="thread: CPU time of the main thread (needs --threads 1)")
+    parser.add_argument("--shapes", default="0,1,2,3",
+                        help="which shapes, by index (default all: 0,1 reference, 2,3 paper)")
     parser.add_argument("--no-epochs", action="store_true", help="skip the epoch timings")
     args = parser.parse_args(argv)
     if args.clock == "thread" and args.threads != 1:
@@ -128,11 +136,18 @@ def main(argv=None):
           f"oneDNN products: {kernels.ONEDNN}")
     print(f"{'shape (T,B,F,n,L)':<22}{'arch':<8}{'lstm n':>7}{'naive ms':>10}{'ours ms':>9}"
           f"{'lstm ms':>9}{'ours/lstm':>11}{'naive/ours':>12}")
-    result = {"shapes": SHAPES, "threads": args.threads, "clock": args.clock}
-    for shape in SHAPES:
+    shapes = [SHAPES[int(i)] for i in args.shapes.split(",")]
+    result = {"shapes": [{k: s[k] for k in ("T", "B", "F", "width", "depth")} for s in shapes],
+              "threads": args.threads, "clock": args.clock}
+    for shape in shapes:
         label = "{T},{B},{F},{width},{depth}".format(**shape)
         for arch in ARCHS:
-            m = time_layers(shape, arch, args.rounds, clock)
+            if arch not in shape["archs"]:
+                for key in (f"{arch}_over_lstm", f"naive_over_{arch}", f"naive_{arch}_over_lstm"):
+                    result.setdefault(key, []).append(None)
+                continue
+            rounds = max(3, round(args.rounds * shape["rounds"]))
+            m = time_layers(shape, arch, rounds, clock)
             over_lstm, naive_over = m["ours"] / m["lstm"], m["naive"] / m["ours"]
             result.setdefault(f"{arch}_over_lstm", []).append(round(over_lstm, 3))
             result.setdefault(f"naive_over_{arch}", []).append(round(naive_over, 3))

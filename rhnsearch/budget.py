@@ -1,23 +1,25 @@
 """Exact parameter counts and the width that fits a parameter budget.
 
-Counts equal `sum(p.numel() for p in build_model(...).parameters())` (tested for every arch).
+Counts equal `sum(p.numel() for p in build_model(...).parameters())` (tested for every arch);
+the formulas follow the cells' definitions (docs/models.md).
 """
 from .errors import UserError
-from .models import JSB_KEYS, LAYERS
+from .models import check_arch
+from .tasks import get_task
 
 PTB_VOCAB = 10000
 
 
 def layer_params(arch: str, depth: int, width: int, input_size: int) -> int:
-    """Parameters of one recurrent layer (STUDIES.md §1)."""
+    """Parameters of one recurrent layer with `input_size` inputs per step."""
     n, L, f = width, depth, input_size
-    rhn = f * 2 * n + L * (2 * n * n + 2 * n)
-    dtrnn = f * n + L * (n * n + n)
+    rhn = f * 2 * n + L * (2 * n * n + 2 * n)  # [W_H; W_T], L x ([R_H; R_T], [b_H; b_T])
+    dtrnn = f * n + L * (n * n + n)  # W, L x (R, b)
     counts = {
         "rhn": rhn,
-        "hsg": rhn + 2 * n * n + n,
+        "hsg": rhn + 2 * n * n + n,  # W_R, W_F, b_G
         "dtrnn": dtrnn,
-        "dtsrnn": dtrnn + (f * n + n * n if L >= 2 else 0),
+        "dtsrnn": dtrnn + (f * n + n * n if L >= 2 else 0),  # V, U
         "lstm": 4 * n * (f + n) + 8 * n,
     }
     return counts[arch]
@@ -26,13 +28,10 @@ def layer_params(arch: str, depth: int, width: int, input_size: int) -> int:
 def count_params(task: str, arch: str, depth: int, width: int, tied: bool = False,
                  vocab_size: int = PTB_VOCAB) -> int:
     """Parameters of `build_model(task, arch, depth, width, tied=...)`."""
-    if arch not in LAYERS:
-        raise UserError(f"unknown arch {arch!r}: use one of {', '.join(LAYERS)}")
-    if task == "jsb":
-        return layer_params(arch, depth, width, JSB_KEYS) + width * JSB_KEYS + JSB_KEYS
-    embedding = vocab_size * width
-    head = vocab_size if tied else width * vocab_size + vocab_size
-    return embedding + layer_params(arch, depth, width, width) + head
+    check_arch(arch, depth, width)
+    the_task = get_task(task)
+    return (layer_params(arch, depth, width, the_task.input_size(width))
+            + the_task.io_params(width, vocab_size, tied))
 
 
 def solve_width(budget: int, task: str, arch: str, depth: int, tied: bool = False,

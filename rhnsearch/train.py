@@ -14,9 +14,10 @@ from pathlib import Path
 import torch
 
 from .budget import count_params
-from .data import DATASETS, batches, batchify, windows
+from .data import DATASETS
 from .errors import UserError
-from .models import LAYERS, build_model, detach_state
+from .models import BACKENDS, build_model, check_arch, detach_state
+from .tasks import get_task
 
 CHECKPOINT_FILE = "trainer.pt"
 
@@ -52,6 +53,7 @@ class TrialConfig:
     seed: int = 0
     threads: int = 0              # torch threads; 0 leaves torch's default
     device: str = "auto"          # auto (CUDA if present) | cpu | cuda
+    backend: str = "auto"         # auto | reference | fused: how the cell's loop runs
 
     @classmethod
     def from_dict(cls, values: dict) -> "TrialConfig":
@@ -74,15 +76,13 @@ class TrialConfig:
                 bad(f.name, f"must be a {f.type}")
         if self.dataset not in DATASETS:
             bad("dataset", f"use one of {', '.join(DATASETS)}")
-        if self.arch not in LAYERS:
-            bad("arch", f"use one of {', '.join(LAYERS)}")
         if self.optimizer not in ("sgd", "adam"):
             bad("optimizer", "use sgd or adam")
+        if self.backend not in BACKENDS:
+            bad("backend", f"use one of {', '.join(BACKENDS)}")
         for field in ("depth", "width", "epochs", "batch_size", "bptt"):
-            if not isinstance(getattr(self, field), int) or getattr(self, field) < 1:
+            if getattr(self, field) < 1:
                 bad(field, "must be a positive integer")
-        if self.arch == "lstm" and self.depth != 1:
-            bad("depth", "lstm has no recurrence depth: use 1")
         for field in ("drop_x", "drop_i", "drop_h", "drop_o"):
             if not 0.0 <= getattr(self, field) < 1.0:
                 bad(field, "dropout rates must be in [0, 1)")
@@ -90,8 +90,8 @@ class TrialConfig:
             bad("lr", "must be positive")
         if not 0.0 < self.train_fraction <= 1.0:
             bad("train_fraction", "must be in (0, 1]")
-        if self.tied and self.task == "jsb":
-            bad("tied", "weight tying is for the word task: set it false for jsb")
+        check_arch(self.arch, self.depth, self.width, self.drop_h)
+        get_task(self.task).check(self.tied)
         return self
 
 
@@ -117,17 +117,18 @@ class Trainer:
         random.seed(config.seed)
         torch.manual_seed(config.seed)
         self.shuffle = torch.Generator().manual_seed(config.seed)
-        vocab = len(data.vocab) if config.task == "ptb" else None
+        self.task = get_task(config.task)
+        vocab = len(getattr(data, "vocab", ()))
         self.model = build_model(
             config.task, config.arch, config.depth, config.width, vocab_size=vocab,
             tied=config.tied, init_scale=config.init_scale, t_bias=config.t_bias,
             hsg_bias=config.hsg_bias, drop_x=config.drop_x, drop_i=config.drop_i,
-            drop_h=config.drop_h, drop_o=config.drop_o).to(self.device)
+            drop_h=config.drop_h, drop_o=config.drop_o, backend=config.backend
+        ).to(self.device)
         self.params = count_params(config.task, config.arch, config.depth, config.width,
-                                   config.tied, vocab or 0)
+                                   config.tied, vocab)
         self.optimizer = self._optimizer()
-        uniform_loss = 88 * math.log(2) if config.task == "jsb" else math.log(vocab)
-        self.max_loss = config.max_loss or 3 * uniform_loss
+        self.max_loss = config.max_loss or 3 * self.task.uniform_loss(vocab)
         self.epoch, self.status = 0, "running"
         self.best_valid, self.best_epoch, self.best_state = math.inf, 0, None
         self.last_finite_loss = math.nan
@@ -149,19 +150,13 @@ class Trainer:
         return c.lr / c.lr_decay ** max(epoch - c.lr_decay_start, 0)
 
     def _batches(self, split: str, shuffle: bool):
-        """(inputs, targets, mask) on the device; words carry state across windows."""
+        """(inputs, targets, mask) of a split on the device (training: its train_fraction)."""
         c = self.config
         data = self.data.split(split)
         if split == "train" and c.train_fraction < 1.0:
             data = data[: max(1, int(len(data) * c.train_fraction))]
-        if c.task == "jsb":
-            for x, y, m in batches(data, c.batch_size,
-                                   self.shuffle if shuffle else None):
-                yield x.to(self.device), y.to(self.device), m.to(self.device)
-        else:
-            streams = batchify(data, c.batch_size).to(self.device)
-            for x, y in windows(streams, c.bptt):
-                yield x, y, None
+        return self.task.batches(data, c.batch_size, c.bptt, self.shuffle if shuffle else None,
+                                 self.device)
 
     def train_epoch(self):
         """One pass over the training data: (mean loss, mean grad norm, steps, items)."""
@@ -170,7 +165,7 @@ class Trainer:
             group["lr"] = self.lr_at(self.epoch + 1)
         total, count, norms, steps, state = 0.0, 0, 0.0, 0, None
         for x, y, mask in self._batches("train", shuffle=True):
-            if self.config.task == "jsb":
+            if not self.task.carries_state:
                 state = None
             logits, state = self.model(x, state)
             state = detach_state(state)
@@ -200,13 +195,13 @@ class Trainer:
         self.model.eval()
         total, count, state = 0.0, 0, None
         for x, y, mask in self._batches(split, shuffle=False):
-            logits, state = self.model(x, state if self.config.task != "jsb" else None)
+            logits, state = self.model(x, state if self.task.carries_state else None)
             loss_sum, n = self.model.loss_sum(logits, y, mask)
             total, count = total + loss_sum.item(), count + n
         return total / count
 
     def _with_ppl(self, metrics: dict) -> dict:
-        if self.config.task == "ptb":
+        if self.task.perplexity:
             for key in [k for k in metrics if k.endswith("_loss")]:
                 metrics[key.replace("_loss", "_ppl")] = math.exp(min(metrics[key], 700))
         return metrics
@@ -226,12 +221,11 @@ class Trainer:
                 self.best_valid, self.best_epoch = valid_loss, self.epoch
                 self.best_state = copy.deepcopy(self.model.state_dict())
         seconds = time.perf_counter() - start
-        unit = "tokens_per_sec" if self.config.task == "ptb" else "steps_per_sec"
         metrics = self._with_ppl({
             "epoch": self.epoch, "train_loss": train_loss if self.status != "diverged"
             else self.last_finite_loss, "valid_loss": valid_loss,
             "best_valid_loss": self.best_valid, "lr": lr, "grad_norm": grad_norm,
-            "epoch_seconds": seconds, unit: items / seconds})
+            "epoch_seconds": seconds, self.task.throughput_key: items / seconds})
         metrics["status"] = self.status
         self.history.append(metrics)
         return metrics

@@ -18,7 +18,7 @@ from rhnsearch.analysis.lesion import LESION_BIAS, lesion
 from rhnsearch.analysis.sequences import example_sequences
 from rhnsearch.analysis.spectrum import (per_jacobian, sample_jacobians, spectra,
                                          temporal_jacobians)
-from rhnsearch.models import LAYERS
+from rhnsearch.models import build_layer
 from rhnsearch.train import CHECKPOINT_FILE, Trainer, TrialConfig
 
 
@@ -74,7 +74,7 @@ def test_logged_model_reproduces_its_runs_best_valid_loss(jsb_smoke, data_dir, s
 @pytest.mark.parametrize("arch", ["rhn", "hsg", "dtrnn", "dtsrnn"])
 def test_jacobian_matches_finite_differences(arch):
     torch.manual_seed(0)
-    layer = LAYERS[arch](5, 4, 3).double().eval()
+    layer = build_layer(arch, 5, 4, 3).double().eval()
     with torch.no_grad():
         for p in layer.parameters():
             p.uniform_(-0.8, 0.8)
@@ -98,7 +98,9 @@ def test_carry_gates_make_every_eigenvalue_one(jsb_smoke, data_dir, smoke_models
     inputs, lengths = example_sequences(trainer, 3, "valid")
     trained = spectra(*sample_jacobians(trainer, inputs, lengths, 4), "trained")
     assert (trained.eig_abs - 1).abs().min() > 1e-3
-    trainer.model.layer.set_transform_bias(LESION_BIAS)
+    with torch.no_grad():
+        for layer in range(trainer.config.depth):
+            trainer.model.layer.cell.transform_bias(layer).fill_(LESION_BIAS)
     carry = spectra(*sample_jacobians(trainer, inputs, lengths, 4), "carry")
     assert len(carry) == 3 * 4 * trainer.config.width
     for column, value in [("eig_real", 1.0), ("eig_imag", 0.0), ("disc_centre", 1.0),
@@ -123,7 +125,7 @@ def test_eigenvalues_lie_in_the_gersgorin_discs(jsb_smoke, data_dir, smoke_model
 def test_lesioning_a_closed_layer_changes_the_loss_by_nothing(jsb_smoke, data_dir,
                                                               smoke_models):
     trainer = load(jsb_smoke, data_dir, smoke_models["rhn"])
-    rhn, closed = trainer.model.layer, trainer.config.depth - 1
+    rhn, closed = trainer.model.layer.cell, trainer.config.depth - 1
     with torch.no_grad():
         rhn.transform_bias(closed).fill_(LESION_BIAS)
     weights = {k: v.clone() for k, v in trainer.model.state_dict().items()}

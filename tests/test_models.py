@@ -1,11 +1,10 @@
-"""Models: gradients, gate limits, HSG reduction, masking, state carry, dropout masks."""
+"""Models: gradients, gate limits, masking, state carry, parameter counts, dropout masks.
+The fused backend's agreement with the reference cells is tested in test_backends.py."""
 import pytest
 import torch
 
 from rhnsearch.budget import count_params
-from rhnsearch.models import LAYERS, build_model
-
-ARCHS = list(LAYERS)  # every registered arch
+from rhnsearch.models import ARCHS, build_model
 
 
 def depth_for(arch, depth):
@@ -47,17 +46,6 @@ def test_rhn_open_gates_change_state():
     s0 = torch.randn(2, 8)
     _, state = model.layer(torch.rand(5, 2, 88), s0)
     assert (state - s0).abs().max() > 0.1
-
-
-def test_hsg_with_closed_gate_equals_its_rhn():
-    torch.manual_seed(1)
-    hsg = build_model("jsb", "hsg", 3, 8, hsg_bias=-1e4, init_scale=0.5).layer
-    x, s0 = torch.rand(6, 2, 88), torch.randn(2, 8)
-    out_hsg, st_hsg = hsg(x, s0)
-    out_rhn, st_rhn = hsg.rhn(x, s0)
-    assert torch.equal(out_hsg, out_rhn) and torch.equal(st_hsg, st_rhn)
-    hsg.set_gate_bias(0.0)  # an open gate differs
-    assert not torch.allclose(hsg(x, s0)[0], out_rhn)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -111,8 +99,7 @@ def test_weight_tying_shares_the_embedding():
 def test_variational_masks_drawn_once_per_sequence(arch, monkeypatch):
     """One drop_i and one drop_h mask per forward call, whatever T and depth are."""
     import rhnsearch.models.dropout as dropout
-    module = {"rhn": "rhn", "hsg": "rhn", "dtrnn": "dtrnn", "dtsrnn": "dtrnn"}[arch]
-    target = __import__(f"rhnsearch.models.{module}", fromlist=["variational_mask"])
+    import rhnsearch.models.recurrent as target
     drawn = []
 
     def recording(p, shape, like, training):

@@ -94,4 +94,4 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "rhnsearch.cli", "train", "--arch", "gru",
                            "--data-dir", str(tmp_path)], capture_output=True, text=True)
     assert proc.returncode == 2
-    assert proc.stderr.strip().count("\n") == 0 and "arch='gru'" in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "unknown arch 'gru'" in proc.stderr

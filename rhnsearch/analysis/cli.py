@@ -85,7 +85,7 @@ def run_lesion(args):
 
     client, run_id, trainer = open_run(args)
     table = lesion(trainer)
-    unit = "nats per step" if trainer.config.task == "jsb" else "nats per token"
+    unit = trainer.task.loss_unit
     fig = lesion_figure(table, f"Lesioning, {describe(trainer, run_id)}", unit)
     metrics = {f"lesion_delta_layer{r.layer}": r.delta for r in table.itertuples()}
     metrics["lesion_intact_train_loss"] = table.intact_train_loss.iloc[0]

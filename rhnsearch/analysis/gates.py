@@ -6,18 +6,16 @@ import torch
 from matplotlib.figure import Figure
 
 from ..errors import UserError
-from ..models import HSG
-from .sequences import highway_layer
+from ..models import HSGCell
+from .sequences import highway_cell
 
 
 @torch.no_grad()
 def gate_activity(trainer, inputs: torch.Tensor, lengths: list[int]) -> list[np.ndarray]:
     """Transform gates t_l averaged over units: one (layers, steps) array per sequence."""
-    depth = highway_layer(trainer, "gates").depth
-    gates = []
-    trainer.model.eval()(inputs, gates=gates)
-    steps, batch = inputs.shape[:2]
-    mean = torch.stack(gates).mean(-1).view(steps, depth, batch)
+    highway_cell(trainer, "gates")
+    _, _, gates = trainer.model.eval()(inputs, return_gates=True)
+    mean = gates["transform"].mean(-1)  # (T, L, B)
     return [mean[:n, :, b].T.cpu().numpy() for b, n in enumerate(lengths)]
 
 
@@ -51,12 +49,11 @@ def activity_figure(activity: list[np.ndarray], title: str) -> Figure:
 @torch.no_grad()
 def hsg_gate_values(trainer, inputs: torch.Tensor, lengths: list[int]) -> pd.DataFrame:
     """Every HSG gate value g at the real steps: sequence, step, unit, value."""
-    if not isinstance(trainer.model.layer, HSG):
+    if not isinstance(getattr(trainer.model.layer, "cell", None), HSGCell):
         raise UserError(f"hsg-gates needs an hsg model but this run's arch is "
                         f"{trainer.config.arch}: pick a run of arch hsg")
-    values = []
-    trainer.model.eval()(inputs, hsg_gates=values)
-    gates = torch.stack(values).cpu().numpy()  # (T, B, n)
+    _, _, values = trainer.model.eval()(inputs, return_gates=True)
+    gates = values["hsg"].cpu().numpy()  # (T, B, n)
     parts = []
     for seq, n in enumerate(lengths):
         steps, units = np.indices(gates[:n, seq].shape)

@@ -4,7 +4,7 @@ import pandas as pd
 import torch
 from matplotlib.figure import Figure
 
-from .sequences import highway_layer
+from .sequences import highway_cell
 
 LESION_BIAS = -100.0  # sigm(-100 + R s) is 0 in float32: the layer only carries its input
 
@@ -13,16 +13,16 @@ def lesion(trainer, bias: float = LESION_BIAS) -> pd.DataFrame:
     """Per highway layer (1 = first): training loss with that layer's transform-gate bias
     set to `bias`, and its change from the intact model. The training set is the part the
     trial trained on (its train_fraction)."""
-    rhn = highway_layer(trainer, "lesion")
+    cell = highway_cell(trainer, "lesion")
     base = trainer.evaluate("train")
     rows = []
-    for layer in range(rhn.depth):
+    for layer in range(cell.depth):
         with torch.no_grad():
-            saved = rhn.transform_bias(layer).clone()
-            rhn.transform_bias(layer).fill_(bias)
+            saved = cell.transform_bias(layer).clone()
+            cell.transform_bias(layer).fill_(bias)
         loss = trainer.evaluate("train")
         with torch.no_grad():
-            rhn.transform_bias(layer).copy_(saved)
+            cell.transform_bias(layer).copy_(saved)
         rows.append({"layer": layer + 1, "train_loss": loss, "intact_train_loss": base,
                      "delta": loss - base})
     return pd.DataFrame(rows)

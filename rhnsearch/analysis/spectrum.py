@@ -10,7 +10,6 @@ from matplotlib.patches import Circle
 
 from ..errors import UserError
 from ..models import LSTM
-from .sequences import layer_input
 
 
 def temporal_jacobians(layer, x: torch.Tensor, y_prev: torch.Tensor) -> torch.Tensor:
@@ -42,7 +41,7 @@ def sample_jacobians(trainer, inputs: torch.Tensor, lengths: list[int], steps: i
     if steps < 1:
         raise UserError(f"--steps must be a positive integer, got {steps}")
     with torch.no_grad():
-        x = layer_input(model, inputs)
+        x = model.embed(inputs)
         outputs, _ = layer(x)
     y_prev = torch.cat([torch.zeros_like(outputs[:1]), outputs[:-1]])
     index = pd.DataFrame([(seq, t) for seq, n in enumerate(lengths)

@@ -1,54 +1,71 @@
-"""Model registry: `build_model(task, arch, depth, width, **options)`."""
+"""The models: `build_model(task, arch, depth, width, ...)`.
+
+Each arch but the LSTM baseline is a cell (cells.py: the math, in textbook form) run by
+`Recurrent` (recurrent.py) on a reference or a fused backend (fused/).
+"""
 import torch
 from torch import nn
 
 from ..errors import UserError
-from .dtrnn import DTRNN, DTSRNN
+from ..tasks import get_task
+from .cells import CELLS, DTRNNCell, DTSRNNCell, HSGCell, RHNCell
 from .lstm import LSTM
-from .network import JSB_KEYS, SequenceModel, detach_state
-from .rhn import HSG, RHN
+from .network import SequenceModel, detach_state
+from .recurrent import BACKENDS, Recurrent
 
-LAYERS = {"rhn": RHN, "hsg": HSG, "dtrnn": DTRNN, "dtsrnn": DTSRNN, "lstm": LSTM}
-TASKS = ("jsb", "ptb")
+ARCHS = (*CELLS, "lstm")
 
-__all__ = ["LAYERS", "TASKS", "build_model", "detach_state", "SequenceModel", "RHN", "HSG",
-           "DTRNN", "DTSRNN", "LSTM", "JSB_KEYS"]
+__all__ = ["ARCHS", "BACKENDS", "CELLS", "DTRNNCell", "DTSRNNCell", "HSGCell", "LSTM",
+           "RHNCell", "Recurrent", "SequenceModel", "build_layer", "build_model",
+           "check_arch", "detach_state"]
 
 
-def build_model(task: str, arch: str, depth: int, width: int, *, vocab_size: int | None = None,
+def check_arch(arch: str, depth: int = 1, width: int = 1, drop_h: float = 0.0):
+    """A one-line UserError for an arch, depth, width or recurrent dropout that cannot be."""
+    if arch not in ARCHS:
+        raise UserError(f"unknown arch {arch!r}: use one of {', '.join(ARCHS)}")
+    if not (isinstance(depth, int) and isinstance(width, int)) or depth < 1 or width < 1:
+        raise UserError(f"depth and width must be positive integers, got depth={depth!r} "
+                        f"width={width!r}")
+    if arch == "lstm" and depth != 1:
+        raise UserError(f"lstm has no recurrence depth: use depth 1, not {depth}")
+    if arch == "lstm" and drop_h > 0:
+        raise UserError("lstm has no recurrent dropout (nn.LSTM takes no mask): set drop_h "
+                        "to 0")
+
+
+def build_layer(arch: str, input_size: int, width: int, depth: int, drop_i: float = 0.0,
+                drop_h: float = 0.0, backend: str = "auto") -> nn.Module:
+    """One recurrent layer: (T, B, input_size) -> (T, B, width)."""
+    check_arch(arch, depth, width, drop_h)
+    if arch == "lstm":
+        return LSTM(input_size, width, drop_i)
+    return Recurrent(CELLS[arch](input_size, width, depth), drop_i, drop_h, backend)
+
+
+def build_model(task: str, arch: str, depth: int, width: int, *, vocab_size: int = 0,
                 tied: bool = False, init_scale: float = 0.04, t_bias: float = -2.0,
                 hsg_bias: float = -2.5, drop_x: float = 0.0, drop_i: float = 0.0,
-                drop_h: float = 0.0, drop_o: float = 0.0) -> SequenceModel:
-    """Build one recurrent layer of `arch` with the input and head of `task`.
+                drop_h: float = 0.0, drop_o: float = 0.0,
+                backend: str = "auto") -> SequenceModel:
+    """One recurrent layer of `arch` with the input and head of `task` ("jsb" or "ptb").
 
-    JSB: 88-key piano-roll input and 88 Bernoulli outputs. PTB: embedding of size `width`
-    and a softmax over `vocab_size` words, optionally tied to the embedding. All weights are
-    uniform in [-init_scale, init_scale]; then transform-gate biases are set to `t_bias`
-    and the HSG gate bias to `hsg_bias`.
+    All weights start uniform in [-init_scale, init_scale]; then the transform-gate biases
+    b_T are set to `t_bias` and the HSG gate bias b_G to `hsg_bias` (negative: the gates
+    start closed, the layers carry their input).
     """
-    if task not in TASKS:
-        raise UserError(f"unknown task {task!r}: use one of {', '.join(TASKS)}")
-    if arch not in LAYERS:
-        raise UserError(f"unknown arch {arch!r}: use one of {', '.join(LAYERS)}")
-    if depth < 1 or width < 1:
-        raise UserError(f"depth and width must be positive integers, got depth={depth} "
-                        f"width={width}")
-    if task == "jsb":
-        if tied:
-            raise UserError("weight tying is for the word task: set tied to false for jsb")
-        input_size, out_features = JSB_KEYS, JSB_KEYS
-    else:
-        if not vocab_size:
-            raise UserError("the ptb task needs vocab_size (the data's vocabulary)")
-        input_size, out_features = width, vocab_size
-    layer = LAYERS[arch](input_size, width, depth, drop_i=drop_i, drop_h=drop_h)
-    model = SequenceModel(task, layer, out_features, drop_x=drop_x, drop_o=drop_o, tied=tied)
+    the_task = get_task(task)
+    the_task.check(tied)
+    layer = build_layer(arch, the_task.input_size(width), width, depth, drop_i, drop_h,
+                        backend)
+    model = SequenceModel(the_task, layer, vocab_size, drop_x, drop_o, tied)
     with torch.no_grad():
         for p in model.parameters():
             nn.init.uniform_(p, -init_scale, init_scale)
-    rhn = layer.rhn if isinstance(layer, HSG) else layer
-    if isinstance(rhn, RHN):
-        rhn.set_transform_bias(t_bias)
-    if isinstance(layer, HSG):
-        layer.set_gate_bias(hsg_bias)
+        cell = getattr(layer, "cell", None)
+        if isinstance(cell, RHNCell):
+            for layer_index in range(depth):
+                cell.transform_bias(layer_index).fill_(t_bias)
+        if isinstance(cell, HSGCell):
+            cell.gate_new.bias.fill_(hsg_bias)
     return model

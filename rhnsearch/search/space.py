@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ..budget import count_params, parse_count, solve_width
 from ..data import DATASETS
 from ..errors import UserError
-from ..models import LAYERS
+from ..models import ARCHS, check_arch
+from ..tasks import get_task
 from ..train import TrialConfig
 
 TRIAL_FIELDS = set(TrialConfig.__dataclass_fields__)
@@ -101,8 +102,8 @@ class Space(Strict):
     @classmethod
     def known_archs(cls, v):
         for arch in v:
-            if arch not in LAYERS:
-                raise ValueError(f"unknown arch {arch!r}: use one of {', '.join(LAYERS)}")
+            if arch not in ARCHS:
+                raise ValueError(f"unknown arch {arch!r}: use one of {', '.join(ARCHS)}")
         return v
 
     @field_validator("depths")
@@ -164,13 +165,9 @@ class Space(Strict):
         cells = []
         for arch in self.archs:
             for depth in self.depths:
-                if arch == "lstm" and depth != 1:
-                    raise UserError(f"{self.study}: lstm has no recurrence depth; list it in "
-                                    "a space whose depths are [1]")
+                check_arch(arch, depth)
                 for tied in self.tied:
-                    if tied and self.task == "jsb":
-                        raise UserError(f"{self.study}: tied: [true] is for word tasks, "
-                                        "not jsb")
+                    get_task(self.task).check(tied)
                     if self.width is not None:
                         width = self.width
                     else:
@@ -273,6 +270,6 @@ def load_space(path, preset: str | None = None, overrides=(), study: str | None 
     try:
         space.cells()  # budgets too small for a depth fail here, before Ray starts
     except UserError as exc:
-        raise UserError(f"{path}: budget: {exc}") from None
+        raise UserError(f"{path}: {exc}") from None
     return space
 

@@ -2,21 +2,44 @@
 
 On CPU, oneDNN's product (`torch.ops.mkldnn._linear_pointwise`) is 1.5-3x faster here than
 `torch.addmm` / `torch.mm` (MKL) for the recurrent layers' shapes, all the more with the
-weight packed once per call for the per-step products (`_reorder_linear_weight`). It costs
-about 10 us more per call, so products under MIN_MACS multiply-adds stay on torch.addmm, as
-does everything on CUDA, in float64, on builds without oneDNN, or with `ONEDNN = False`.
+weight packed once per call for the per-step products (`_reorder_linear_weight`). These are
+private PyTorch ops: `ONEDNN` is True only if `probe()` found them working, on tiny tensors,
+with results equal to the public ops'; otherwise (and on CUDA, in float64, for products under
+MIN_MACS multiply-adds, or with RHNSEARCH_ONEDNN=0) everything runs on public torch ops.
 """
 import collections
 import math
+import os
 import threading
 import weakref
 
 import torch
 from torch.nn import functional as F
 
-ONEDNN = (torch.backends.mkldnn.is_available()
-          and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
-          and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+
+def probe(ops=None) -> bool:
+    """Whether oneDNN's packed products (in the namespace `ops`, default torch.ops.mkldnn)
+    run here and agree with torch.addmm: any error or mismatch says no."""
+    if ops is None:
+        if not torch.backends.mkldnn.is_available():
+            return False
+        ops = torch.ops.mkldnn
+    gen = torch.Generator().manual_seed(0)
+    x, w, b, other = (torch.randn(*shape, generator=gen) for shape in
+                      [(4, 8), (6, 8), (6,), (4, 6)])
+    want = torch.addmm(b, x, w.t())
+    try:
+        packed = ops._reorder_linear_weight(w, 4)
+        plain = ops._linear_pointwise.default(x, packed, b, "sigmoid", [], "")
+        added = ops._linear_pointwise.binary(x, other, packed, b, "add")
+        multiplied = ops._linear_pointwise.binary(x, other, packed, b, "mul")
+    except Exception:  # noqa: BLE001 - a missing or changed private op
+        return False
+    return all(torch.allclose(got, ref, rtol=1e-4, atol=1e-5) for got, ref in
+               [(plain, want.sigmoid()), (added, want + other), (multiplied, want * other)])
+
+
+ONEDNN = os.environ.get("RHNSEARCH_ONEDNN", "1") != "0" and probe()
 MIN_MACS = 1 << 20  # measured break-even: batch 32, 128 -> 256 units
 
 
