@@ -1,3 +1,3 @@
-"""Inside trained models (STUDIES.md section 5): transform-gate activity, lesioning, the HSG
-gate histogram and the temporal Jacobian's spectrum, for any trial whose model is kept in
-MLflow (`checkpoint`); run from the command line as `rhnsearch analyze ...` (`cli`)."""
+"""Inside trained models, the RHN and HSG papers' analyses: transform-gate activity,
+lesioning, the HSG gate histogram and the temporal Jacobian's spectrum, for any trial whose
+model is kept in MLflow (`checkpoint`); run from the command line as `rhnsearch analyze ...` (`cli`)."""

@@ -1,4 +1,4 @@
-"""The published numbers the studies are held against (STUDIES.md §3 and §4), on full PTB."""
+"""The published numbers the studies are held against, on full PTB (docs/studies.md)."""
 import pandas as pd
 
 RHN_PAPER = "Zilly et al. 2017, authors' README"
