@@ -153,6 +153,12 @@ def trials(exp: Experiment, sweep: str | None = None) -> pd.DataFrame:
     return frame.sort_values(["sweep", "trial_id"], kind="stable").reset_index(drop=True)
 
 
+def load_trials(experiment: str, tracking_uri: str | None = None,
+                sweep: str | None = None) -> pd.DataFrame:
+    """One row per trial of EXPERIMENT (or of its sweep SWEEP), read from the MLflow store."""
+    return trials(open_experiment(experiment, tracking_uri), sweep)
+
+
 def history(exp: Experiment, runs: pd.DataFrame) -> pd.DataFrame:
     """One row per trial and epoch (step) for the trials in RUNS: their ids and params, then
     the metrics logged at that epoch (NaN where a metric was not logged at that epoch)."""
