@@ -13,17 +13,21 @@ DEFAULT_STORE = "results/mlflow.db"
 
 
 def resolve_tracking_uri(uri: str | None) -> str:
-    """The default sqlite store under results/, or the user's URI; relative sqlite paths are
-    made absolute so that every process of the sweep writes to the same file."""
-    if not uri:
-        uri = f"sqlite:///{DEFAULT_STORE}"
+    """The user's URI, else $MLFLOW_TRACKING_URI, else the sqlite store under results/;
+    relative sqlite paths are made absolute so that every process of the sweep writes to the
+    same file.
+
+    MLflow's client retries a request that timed out, POSTs included, so one that reached the
+    server could create a second run: its retries are off here (unless the environment sets
+    MLFLOW_HTTP_REQUEST_MAX_RETRIES) and the sweep's sender retries records it can tell apart.
+    """
+    uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{DEFAULT_STORE}"
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
         path = Path(uri.removeprefix("sqlite:///")).resolve()
         path.parent.mkdir(parents=True, exist_ok=True)
         uri = f"sqlite:///{path}"
     if uri.startswith(("http://", "https://")):
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     return uri
 
 

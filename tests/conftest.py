@@ -1,11 +1,25 @@
-"""Shared fixtures: the real data in ../shared/data (or $RHNSEARCH_TEST_DATA)."""
+"""Shared fixtures: the real data in ../shared/data (or $RHNSEARCH_TEST_DATA), the smoke
+sweeps of the session, and real Ray clusters of `ray start` nodes on loopback."""
+import functools
+import http.server
+import json
 import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
+import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+JSB_SPACE = ROOT / "spaces" / "jsb_optimization.yaml"
 SHARED_DATA = Path(os.environ.get("RHNSEARCH_TEST_DATA", ROOT.parent / "shared" / "data"))
 
 
@@ -31,9 +45,6 @@ def ptb_sample(data_dir):
 @contextmanager
 def http_file_server(root: Path):
     """A real HTTP server on 127.0.0.1 serving the files under `root`; yields its URL."""
-    import functools
-    import http.server
-    import threading
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
     handler.log_message = lambda *a: None
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -48,9 +59,6 @@ def http_file_server(root: Path):
 def rhnsearch_cli(*args, cwd, timeout=900, check=True, env=None):
     """Run the real `rhnsearch` command line in a subprocess (its whole process group is
     killed if it outlives `timeout`, so no Ray process is left behind)."""
-    import signal
-    import subprocess
-    import sys
     proc = subprocess.Popen([sys.executable, "-m", "rhnsearch.cli", *map(str, args)], cwd=cwd,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **(env or {})}, start_new_session=True)
@@ -72,7 +80,6 @@ class SmokeSweep:
     """A finished smoke sweep: its working dir, MLflow store URI and JSON summary."""
 
     def __init__(self, cwd: Path, space: str, name: str, data_dir: Path, *extra):
-        import json
         self.cwd, self.name = cwd, name
         self.tracking_uri = f"sqlite:///{cwd / 'results' / 'mlflow.db'}"
         proc = rhnsearch_cli("sweep", "run", ROOT / "spaces" / f"{space}.yaml", "--preset",
@@ -113,3 +120,172 @@ def ptb_budget_smoke(sweeps_dir, data_dir) -> SmokeSweep:
 @pytest.fixture(scope="session")
 def ptb_hsg_smoke(sweeps_dir, data_dir) -> SmokeSweep:
     return SmokeSweep(sweeps_dir, "ptb_hsg", "smoke-ptb-hsg", data_dir)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stop_ray_under(temp_dir: str):
+    """Stop only the Ray processes of one node (those whose command line names its temp
+    dir): `ray stop` would also stop every other Ray on the machine."""
+    procs = [p for p in psutil.process_iter(["cmdline"])
+             if any(temp_dir in arg for arg in (p.info["cmdline"] or []))]
+    for p in procs:
+        p.kill()
+    psutil.wait_procs(procs, timeout=30)
+
+
+class RayCluster:
+    """Nodes started with `ray start` on loopback, with the cluster's own auth token and each
+    node its own temp dir and ports (as on real machines: nodes sharing a temp dir would
+    garbage-collect each other's runtime_env packages). A worker may run in its own mount
+    namespace with an empty tmpfs over each of `hide`: it cannot see the driver's disk."""
+
+    def __init__(self):
+        self.gcs_port, self.dashboard_port = free_port(), free_port()
+        self.gcs = f"127.0.0.1:{self.gcs_port}"
+        self.dashboard = f"http://127.0.0.1:{self.dashboard_port}"
+        self.env = {"RAY_ADDRESS": "", "RAY_AUTH_MODE": "token",
+                    "RAY_AUTH_TOKEN": uuid.uuid4().hex}
+        self.temp_dirs = []
+
+    def _node_args(self, cpus: int, gpus: int) -> list[str]:
+        # Short paths (/tmp/rt...): Ray's unix socket paths must fit in 107 bytes.
+        self.temp_dirs.append(f"/tmp/rt{uuid.uuid4().hex[:8]}")
+        return ["--node-ip-address", "127.0.0.1", "--num-cpus", str(cpus), "--num-gpus",
+                str(gpus), "--disable-usage-stats", "--temp-dir", self.temp_dirs[-1]] + [
+            arg for flag in ("--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
+                             "--metrics-export-port", "--runtime-env-agent-port",
+                             "--node-manager-port", "--object-manager-port")
+            for arg in (flag, str(free_port()))]
+
+    def _start(self, cmd: list[str], hide=()):
+        if hide:  # mount the tmpfs, then start the node inside that namespace
+            mounts = " && ".join(f"mount -t tmpfs tmpfs {p}" for p in hide)
+            cmd = ["unshare", "-m", "--propagation", "private", "sh", "-c",
+                   f"{mounts} && exec {subprocess.list2cmdline(cmd)}"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180,
+                              env={**os.environ, **self.env})
+        assert proc.returncode == 0, proc.stderr[-2000:]
+
+    def head(self, cpus: int = 1, gpus: int = 0):
+        self._start(["ray", "start", "--head", "--port", str(self.gcs_port), "--dashboard-host",
+                     "127.0.0.1", "--dashboard-port", str(self.dashboard_port),
+                     "--include-dashboard", "true", "--ray-client-server-port",
+                     str(free_port()), *self._node_args(cpus, gpus)])
+        return self
+
+    def worker(self, cpus: int = 1, hide=()):
+        self._start(["ray", "start", "--address", self.gcs, *self._node_args(cpus, 0)], hide)
+        return self
+
+    def stop(self):
+        for temp_dir in self.temp_dirs:
+            stop_ray_under(temp_dir)
+            shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@contextmanager
+def ray_cluster():
+    cluster = RayCluster()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def two_node_cluster():
+    """A head and a worker node, one CPU each."""
+    with ray_cluster() as cluster:
+        yield cluster.head().worker()
+
+
+# -- a sweep driver running in the background ----------------------------------------------
+def kill_all(procs):
+    """SIGKILL these processes and wait until they are gone."""
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(procs, timeout=30)
+
+
+def wait_until(predicate, what: str, timeout: float = 240):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting until {what}")
+
+
+class Sweep:
+    """`rhnsearch sweep run` in its own process group; its Tune results read from its
+    storage (default: results/sweeps in its working dir)."""
+
+    def __init__(self, cwd: Path, name: str, data_dir: Path, *args, storage: Path = None,
+                 env=None):
+        self.cwd, self.name = cwd, name
+        self.storage = storage or cwd / "results" / "sweeps"
+        self.out, self.err = open(cwd / f"{name}.out", "w+"), open(cwd / f"{name}.err", "w+")
+        where = ["--storage-path", str(storage)] if storage else []
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rhnsearch.cli", "sweep", "run", str(JSB_SPACE), "--preset",
+             "smoke", "--data-dir", str(data_dir), "--name", name, "--json", *where,
+             *map(str, args)],
+            cwd=cwd, stdout=self.out, stderr=self.err, env={**os.environ, **(env or {})},
+            start_new_session=True)
+
+    def results(self) -> dict[str, list[dict]]:
+        """Trial dir -> the results Tune has written for it so far."""
+        found = {}
+        for path in (self.storage / self.name).glob("*/result.json"):
+            rows = []
+            for line in path.read_text().splitlines():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:  # a line being written
+                    break
+            found[path.parent.name] = rows
+        return found
+
+    def wait(self, timeout: float = 600) -> tuple[int, dict | None, str]:
+        """(exit code, JSON summary or None, stderr) once the driver has ended."""
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.out.seek(0), self.err.seek(0)
+        out, err = self.out.read(), self.err.read()
+        summary = next((json.loads(line) for line in reversed(out.splitlines())
+                        if line.startswith('{"name"')), None)  # Ray may print after it
+        return self.proc.returncode, summary, err
+
+    def stop(self):
+        """SIGKILL the driver and every process under it (its local Ray's workers too, some
+        of which leave its process group), and wait until they are gone."""
+        if self.proc.poll() is None:
+            tree = psutil.Process(self.proc.pid).children(recursive=True)
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            kill_all(tree)
+            self.proc.wait()
+
+
+@pytest.fixture
+def sweeps():
+    started = []
+
+    def start(*args, **kwargs):
+        started.append(Sweep(*args, **kwargs))
+        return started[-1]
+    yield start
+    for sweep in started:
+        sweep.stop()
+
+

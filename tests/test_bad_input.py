@@ -21,11 +21,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import ROOT, http_file_server, rhnsearch_cli
+from conftest import JSB_SPACE, ROOT, free_port, http_file_server, rhnsearch_cli
 from rhnsearch.cli import main
 from rhnsearch.errors import UserError
 from rhnsearch.search.space import load_space
-from test_sweep import JSB_SPACE, free_port
 
 SPACES = sorted((ROOT / "spaces").glob("*.yaml"))
 UNREACHABLE_RAY = ["--address", "127.0.0.1:9"]  # a space that wrongly passed stops here

@@ -1,6 +1,7 @@
 """Faults done for real, each asserting that nothing is lost: a trial's worker SIGKILLed
 mid-epoch, a worker node of a two-node Ray cluster stopped, the MLflow server down for part
 of a sweep (or until its end), and a results dir that is read-only, full or not a dir."""
+import itertools
 import json
 import os
 import shutil
@@ -17,91 +18,11 @@ import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import rhnsearch_cli
-from test_sweep import JSB_SPACE, check_child_runs, free_port, two_node_cluster  # noqa: F401
+from conftest import JSB_SPACE, free_port, kill_all, ray_cluster, rhnsearch_cli, wait_until
+from test_sweep import check_child_runs
 
 pytestmark = pytest.mark.slow
 SMALL = ["--set", "archs=[rhn]", "--set", "scheduler.name=fifo"]
-
-
-def kill_all(procs):
-    """SIGKILL these processes and wait until they are gone."""
-    for proc in procs:
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(procs, timeout=30)
-
-
-def wait_until(predicate, what: str, timeout: float = 240):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting until {what}")
-
-
-# -- a sweep driver running in the background ----------------------------------------------
-class Sweep:
-    """`rhnsearch sweep run` in its own process group; its Tune results read from disk."""
-
-    def __init__(self, cwd: Path, name: str, data_dir: Path, *args, env=None):
-        self.cwd, self.name = cwd, name
-        self.out, self.err = open(cwd / f"{name}.out", "w+"), open(cwd / f"{name}.err", "w+")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rhnsearch.cli", "sweep", "run", str(JSB_SPACE), "--preset",
-             "smoke", "--data-dir", str(data_dir), "--name", name, "--json", *map(str, args)],
-            cwd=cwd, stdout=self.out, stderr=self.err, env={**os.environ, **(env or {})},
-            start_new_session=True)
-
-    def results(self) -> dict[str, list[dict]]:
-        """Trial dir -> the results Tune has written for it so far."""
-        found = {}
-        for path in (self.cwd / "results" / "sweeps" / self.name).glob("*/result.json"):
-            rows = []
-            for line in path.read_text().splitlines():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError:  # a line being written
-                    break
-            found[path.parent.name] = rows
-        return found
-
-    def wait(self, timeout: float = 600) -> tuple[int, dict | None, str]:
-        """(exit code, JSON summary or None, stderr) once the driver has ended."""
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        self.out.seek(0), self.err.seek(0)
-        out, err = self.out.read(), self.err.read()
-        summary = next((json.loads(line) for line in reversed(out.splitlines())
-                        if line.startswith('{"name"')), None)  # Ray may print after it
-        return self.proc.returncode, summary, err
-
-    def stop(self):
-        """SIGKILL the driver and every process under it (its local Ray's workers too, some
-        of which leave its process group), and wait until they are gone."""
-        if self.proc.poll() is None:
-            tree = psutil.Process(self.proc.pid).children(recursive=True)
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            kill_all(tree)
-            self.proc.wait()
-
-
-@pytest.fixture
-def sweeps():
-    started = []
-
-    def start(*args, **kwargs):
-        started.append(Sweep(*args, **kwargs))
-        return started[-1]
-    yield start
-    for sweep in started:
-        sweep.stop()
 
 
 def child_runs(uri: str) -> list:
@@ -120,22 +41,27 @@ def assert_full_histories(client: MlflowClient, run, epochs: int):
 
 
 def assert_went_on_from_a_checkpoint(rows: list[dict], epochs: int):
-    """Tune's results of a trial that lost its worker once: epochs 1..k in the first worker,
-    then k+1..epochs in a second one, from the checkpoint of epoch k. Tune registers a
-    checkpoint only after it has logged the epoch's result (a `save` task on the worker
-    fetches it), so a worker lost between the two repeats that one epoch, with the same
-    numbers: training from a checkpoint is deterministic."""
-    pids = [r["pid"] for r in rows]
-    split = next(i for i, pid in enumerate(pids) if pid != pids[0])
-    first, second = rows[:split], rows[split:]
-    assert len({r["pid"] for r in second}) == 1, pids
-    assert [r["epoch"] for r in first] == list(range(1, split + 1)), pids
-    start = second[0]["epoch"]
-    assert start in (split, split + 1), [r["epoch"] for r in rows]
-    assert [r["epoch"] for r in second] == list(range(start, epochs + 1))
-    if start == split:  # the repeated epoch
-        for key in ("train_loss", "valid_loss"):
-            assert second[0][key] == first[-1][key], (key, first[-1], second[0])
+    """Tune's results of a trial that lost its worker (or its driver) once or more: each new
+    worker goes on from a checkpoint, so its epochs follow the previous worker's, repeating
+    only epochs the previous one had reported, with the same numbers: training from a
+    checkpoint is deterministic. (Tune registers a checkpoint only after it has logged the
+    epoch's result, and saves its own state now and then: the resumed worker may repeat the
+    epochs in between.)"""
+    segments = [list(group) for _, group in itertools.groupby(rows, key=lambda r: r["pid"])]
+    assert len(segments) >= 2 and len({r["pid"] for r in rows}) == len(segments), \
+        [r["pid"] for r in rows]
+    seen = {}
+    for segment in segments:
+        epochs_here = [r["epoch"] for r in segment]
+        start = epochs_here[0]
+        assert epochs_here == list(range(start, start + len(segment))), epochs_here
+        assert start == 1 if not seen else 1 <= start <= max(seen) + 1, (start, max(seen))
+        for r in segment:
+            if r["epoch"] in seen:  # a repeated epoch
+                for key in ("train_loss", "valid_loss"):
+                    assert r[key] == seen[r["epoch"]][key], (key, r["epoch"])
+            seen[r["epoch"]] = r
+    assert rows[-1]["epoch"] == epochs
 
 
 # -- a trial's worker killed ---------------------------------------------------------------
@@ -223,55 +149,95 @@ def test_resume_after_tune_deleted_the_checkpoint_its_saved_state_names(tmp_path
 
 
 # -- a worker node stopped -----------------------------------------------------------------
+def raylet(gcs: str, head: bool) -> psutil.Process:
+    port = gcs.rsplit(":", 1)[1]
+    (found,) = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"]
+                and p.info["cmdline"][0].endswith("/raylet")
+                and any(a.startswith("--gcs-address=") and a.endswith(f":{port}")
+                        for a in p.info["cmdline"])
+                and ("--head" in p.info["cmdline"]) == head]
+    return found
+
+
+def node_id(gcs: str, head: bool) -> str:
+    return next(a for a in raylet(gcs, head).info["cmdline"] if a.startswith("--node_id="))[10:]
+
+
 def node_processes(gcs: str, head: bool) -> list[psutil.Process]:
     """One node of the cluster at `gcs`: its raylet with the workers under it, and its
     agents (found by the raylet's node id)."""
-    port = gcs.rsplit(":", 1)[1]
-    (raylet,) = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"]
-                 and p.info["cmdline"][0].endswith("/raylet")
-                 and any(a.startswith("--gcs-address=") and a.endswith(f":{port}")
-                         for a in p.info["cmdline"])
-                 and ("--head" in p.info["cmdline"]) == head]
-    node_id = next(a for a in raylet.info["cmdline"] if a.startswith("--node_id="))[10:]
+    node, node_name = raylet(gcs, head), node_id(gcs, head)
     agents = [p for p in psutil.process_iter(["cmdline"])
-              if f"--node-id={node_id}" in (p.info["cmdline"] or [])]
-    return [raylet, *raylet.children(recursive=True), *agents]
+              if f"--node-id={node_name}" in (p.info["cmdline"] or [])]
+    return [node, *node.children(recursive=True), *agents]
 
 
-def test_worker_node_stopped_its_trials_finish_on_the_head(two_node_cluster, tmp_path,
-                                                           data_dir, sweeps):
-    """Stop the worker node (its raylet, workers and agents) while it runs a trial: the
-    trial goes on from its checkpoint on the head and the sweep completes."""
-    gcs, _, env = two_node_cluster
-    epochs = 8
-    sweep = sweeps(tmp_path, "node-lost", data_dir, "--address", gcs, *SMALL, "--set",
-                   "depths=[2]", "--set", "samples=3", "--set", f"fixed.epochs={epochs}",
-                   env=env)
-    on_worker = set()
+def test_nodes_sharing_no_disk_keep_the_sweep_in_its_storage(tmp_path, data_dir, sweeps):
+    """A worker node that cannot see the driver's disk (its own mount namespace, an empty
+    tmpfs over the driver's working dir). Without --storage-path the sweep is refused; with a
+    directory both nodes mount, the trials checkpoint into it and nothing of theirs lands in
+    the driver's results/. Stopping the worker node moves its trial to the head, from the
+    stored checkpoint; killing the driver and `sweep resume --storage-path` completes the
+    sweep, with every epoch of every trial in MLflow once and the best model kept."""
+    driver, storage, epochs = tmp_path / "driver", tmp_path / "storage", 12
+    driver.mkdir()
+    with ray_cluster() as cluster:
+        cluster.head(cpus=1).worker(cpus=1, hide=[driver])
+        refused = rhnsearch_cli("sweep", "run", JSB_SPACE, "--preset", "smoke", "--address",
+                                cluster.gcs, "--data-dir", data_dir, cwd=driver, check=False,
+                                env=cluster.env)
+        assert refused.returncode == 2 and "pass --storage-path" in refused.stderr
+        assert refused.stderr.count("\n") == 1
+        sweep = sweeps(driver, "split", data_dir, "--address", cluster.gcs, *SMALL, "--set",
+                       "depths=[2]", "--set", "samples=4", "--set", f"fixed.epochs={epochs}",
+                       storage=storage, env=cluster.env)
+        on_worker = set()
 
-    def trial_on_worker_node_at_epoch_2():
-        on_worker.update(p.pid for p in node_processes(gcs, head=False))
-        return any(rows[-1]["epoch"] >= 2 and rows[-1]["pid"] in on_worker
-                   for rows in sweep.results().values() if rows)
-    wait_until(trial_on_worker_node_at_epoch_2, "a trial on the worker node reached epoch 2")
-    victims = node_processes(gcs, head=False)
-    kill_all(victims)  # `ray stop` on the worker node
-    victims = {p.pid for p in victims}
+        def trial_on_worker_node_at_epoch_2():
+            on_worker.update(p.pid for p in node_processes(cluster.gcs, head=False))
+            return any(rows[-1]["epoch"] >= 2 and rows[-1]["pid"] in on_worker
+                       for rows in sweep.results().values() if rows)
+        wait_until(trial_on_worker_node_at_epoch_2, "a trial on the worker reached epoch 2")
+        head = node_id(cluster.gcs, head=True)
+        victims = node_processes(cluster.gcs, head=False)
+        kill_all(victims)  # `ray stop` on the worker node
+        victims = {p.pid for p in victims}
 
-    code, summary, err = sweep.wait()
-    assert code == 0 and summary and summary["completed"] == 3, err[-3000:]
-    assert summary["complete"]
-    uri = f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"
+        def moved_trial_went_on():
+            return any(rows[0]["pid"] in victims and rows[-1]["pid"] not in victims
+                       for rows in sweep.results().values() if rows)
+        wait_until(moved_trial_went_on, "the worker's trial went on on the head")
+        sweep.stop()
+        results = sweep.results()
+        assert not all(rows and rows[-1]["status"] != "running"
+                       for rows in results.values()), "the sweep ended before the kill"
+        proc = rhnsearch_cli("sweep", "resume", "split", "--address", cluster.gcs,
+                             "--storage-path", storage, "--json", cwd=driver, timeout=600,
+                             env=cluster.env)
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["complete"] and summary["completed"] == 4, proc.stderr[-3000:]
+    uri = f"sqlite:///{driver / 'results' / 'mlflow.db'}"
     client = MlflowClient(uri)
     runs = child_runs(uri)
-    check_child_runs(client, runs, 3)
+    check_child_runs(client, runs, 4)
     for run in runs:
         assert_full_histories(client, run, epochs)
     moved = [rows for rows in sweep.results().values() if rows[0]["pid"] in victims]
     assert moved, "no trial was running on the stopped node"
-    for rows in moved:  # went on from its checkpoint, on the head (the only node left)
+    for rows in moved:
         assert_went_on_from_a_checkpoint(rows, epochs)
-        assert rows[-1]["pid"] not in victims
+    by_trial = {r.data.tags["trial_id"]: r for r in runs}
+    for rows in moved:
+        assert by_trial[rows[0]["trial_id"]].data.tags["node_id"] == head
+    for trial_dir in (storage / "split").glob("run_trial_*"):
+        assert list(trial_dir.glob("checkpoint_*/trainer.pt")), trial_dir
+    left = [p.relative_to(driver) for p in (driver / "results").rglob("*") if p.is_file()]
+    assert not [p for p in left if "checkpoint" in str(p) or p.name == "result.json"], left
+    assert not (driver / "results" / "sweeps").exists()
+    parent = client.get_run(runs[0].data.tags["mlflow.parentRunId"])
+    best = parent.data.tags["best_run_id"]
+    assert [a.path for a in client.list_artifacts(best, "model")] == ["model/config.json",
+                                                                     "model/model.pt"]
 
 
 # -- the MLflow server down ----------------------------------------------------------------
@@ -315,12 +281,22 @@ def mlflow_srv(tmp_path):
 class Relay:
     """A loopback TCP relay to a server: `cut()` drops every connection and refuses new
     ones, as a network outage does; `restore()` relays again at once (a restarted `mlflow
-    server` takes seconds, which a short sweep may not outlast)."""
+    server` takes seconds, which a short sweep may not outlast). `hold()` makes it go silent:
+    connections are accepted and what they send is kept; `release()` forwards what it held
+    and relays again."""
 
     def __init__(self, target_port: int):
         self.target, self.port = target_port, free_port()
         self.lock, self.connections, self.listener = threading.Lock(), [], None
+        self.flowing = threading.Event()
+        self.flowing.set()
         self.restore()
+
+    def hold(self):
+        self.flowing.clear()
+
+    def release(self):
+        self.flowing.set()
 
     def restore(self):
         self.listener = socket.create_server(("127.0.0.1", self.port))
@@ -351,6 +327,7 @@ class Relay:
     def _pipe(self, source, sink):
         try:
             while data := source.recv(65536):
+                self.flowing.wait()
                 sink.sendall(data)
         except OSError:
             pass
@@ -465,6 +442,85 @@ def test_driver_killed_while_mlflow_is_down_loses_no_record(mlflow_srv, tmp_path
             for m in client.get_metric_history(r.info.run_id, "epoch")}
     assert kept and kept <= sent
     assert not journal.exists()
+
+
+def test_a_silent_tracking_server_does_not_stall_the_sweep(mlflow_srv, tmp_path, data_dir,
+                                                          sweeps):
+    """The tracking server goes silent mid-sweep (connections accepted, nothing answered)
+    for 12 s, then answers what it held: the trials phase takes about as long as against
+    a healthy server, every record arrives once, each trial has one run, both sweeps close."""
+    relay = Relay(mlflow_srv.port)
+    uri = f"http://127.0.0.1:{relay.port}"
+    healthy = rhnsearch_cli("sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir",
+                            data_dir, "--tracking-uri", uri, "--name", "healthy", "--json",
+                            cwd=tmp_path, timeout=600)
+    healthy = json.loads(healthy.stdout.strip().splitlines()[-1])
+    sweep = sweeps(tmp_path, "silent", data_dir, "--tracking-uri", uri)
+    wait_until(lambda: len(child_runs(mlflow_srv.uri)) > 24, "the second sweep's first run")
+    relay.hold()
+    time.sleep(12)
+    assert sweep.proc.poll() is None, "the sweep ended while the server was silent"
+    relay.release()
+    code, silent, err = sweep.wait()
+    assert code == 0 and silent and silent["complete"], err[-3000:]
+    ratio = silent["trials_seconds"] / healthy["trials_seconds"]
+    assert ratio <= 1.25, (silent["trials_seconds"], healthy["trials_seconds"])
+    client = MlflowClient(mlflow_srv.uri)
+    experiment = client.get_experiment_by_name("jsb_optimization").experiment_id
+    for summary in (healthy, silent):
+        (parent,) = client.search_runs([experiment], f"tags.sweep = '{summary['name']}' and "
+                                       "tags.kind = 'sweep'")
+        assert parent.info.status == "FINISHED"
+        runs = client.search_runs([experiment], "tags.mlflow.parentRunId = "
+                                  f"'{parent.info.run_id}'")
+        check_child_runs(client, runs, 24)  # one run per trial
+        for run in runs:
+            steps = [m.step for m in client.get_metric_history(run.info.run_id, "valid_loss")]
+            assert steps == list(range(1, int(run.data.metrics["epoch"]) + 1)), steps
+
+
+def test_trials_on_fake_gpus_are_placed_and_refused_without_cuda(tmp_path, data_dir):
+    """A node started with `--num-gpus 2` on this CPU-only machine: trials asking for 0.25 GPU
+    share them four to a GPU (at most 8 at once), and each run records the GPU Ray gave it.
+    Without CUDA in torch every trial fails with one line that says so, and the sweep exits
+    1; with RHNSEARCH_ALLOW_CPU_FALLBACK=1 they train on the CPU and the sweep exits 0."""
+    args = ["sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir", data_dir,
+            "--storage-path", tmp_path / "storage", "--set", "resources={cpu: 1, gpu: 0.25}",
+            "--set", "archs=[rhn]", "--set", "scheduler.name=fifo", "--set", "samples=3",
+            "--set", "fixed.epochs=3", "--json"]
+    with ray_cluster() as cluster:
+        cluster.head(cpus=8, gpus=2)
+        refused = rhnsearch_cli(*args, "--address", cluster.gcs, "--name", "no-cuda",
+                                cwd=tmp_path, check=False, timeout=600, env=cluster.env)
+        fallback = rhnsearch_cli(*args, "--address", cluster.gcs, "--name", "cpu-fallback",
+                                 cwd=tmp_path, timeout=600,
+                                 env={**cluster.env, "RHNSEARCH_ALLOW_CPU_FALLBACK": "1"})
+    summary = json.loads(refused.stdout.strip().splitlines()[-1])
+    assert refused.returncode == 1 and summary["failed"] == 12, refused.stderr[-3000:]
+    uri = f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("jsb_optimization").experiment_id
+    for run in client.search_runs([experiment], "tags.sweep = 'no-cuda' and tags.kind = 'trial'"):
+        assert run.data.tags["status"] == "failed" and run.info.status == "FAILED"
+        error = run.data.tags["error"]
+        assert error.startswith("RuntimeError: Ray gave this trial GPU") and "\n" not in error
+        assert "sees no CUDA device" in error and "RHNSEARCH_ALLOW_CPU_FALLBACK" in error
+    summary = json.loads(fallback.stdout.strip().splitlines()[-1])
+    assert fallback.returncode == 0 and summary["completed"] == 12
+    runs = client.search_runs([experiment], "tags.sweep = 'cpu-fallback' and "
+                              "tags.kind = 'trial'")
+    assert {r.data.tags["gpu_ids"] for r in runs} == {"0", "1"}
+    assert {r.data.tags["device"] for r in runs} == {"cpu"}
+    spans = []  # when each trial ran, by the driver's clock: its first to its last epoch
+    for run in runs:
+        history = client.get_metric_history(run.info.run_id, "epoch_seconds")
+        first = min(history, key=lambda m: m.step)
+        spans.append((first.timestamp - 1000 * first.value, max(m.timestamp for m in history),
+                      run.data.tags["gpu_ids"]))
+    moments = sorted(t for start, end, _ in spans for t in (start, end))
+    at_once = [[gpu for start, end, gpu in spans if start <= t <= end] for t in moments]
+    assert 4 < max(len(running) for running in at_once) <= 8
+    assert max(max(running.count("0"), running.count("1")) for running in at_once) <= 4
 
 
 # -- the results dir not writable ----------------------------------------------------------

@@ -3,9 +3,7 @@ Ray cluster, and a driver killed mid-sweep."""
 import json
 import math
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -13,18 +11,12 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import ROOT, rhnsearch_cli
+from conftest import JSB_SPACE, ROOT, free_port, rhnsearch_cli, wait_until
+from rhnsearch.search.searchers import load_study
 
-JSB_SPACE = ROOT / "spaces" / "jsb_optimization.yaml"
 STATUSES = {"completed", "stopped", "diverged", "failed"}
 PARAMS = {"arch", "depth", "width", "n_params", "lr", "momentum", "init_scale", "t_bias",
           "clip", "seed", "preset", "dataset", "epochs", "batch_size", "optimizer"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def check_child_runs(client: MlflowClient, runs, expected: int):
@@ -179,68 +171,20 @@ def test_driver_killed_then_resume_finishes_without_rerunning(tmp_path, data_dir
     assert parent_after.info.status == "FINISHED" and "resumed" in parent_after.data.tags
 
 
-def stop_ray_under(temp_dir: str):
-    """Stop only the Ray processes of one cluster (those whose command line names its temp
-    dir): `ray stop` would also stop every other Ray on the machine."""
-    import psutil
-    procs = [p for p in psutil.process_iter(["cmdline"])
-             if any(temp_dir in arg for arg in (p.info["cmdline"] or []))]
-    for p in procs:
-        p.kill()
-    psutil.wait_procs(procs, timeout=30)
-
-
-@pytest.fixture
-def two_node_cluster():
-    """`ray start --head` plus a second `ray start --address`: two nodes on this machine, on
-    loopback, with their own auth token and temp dir. Yields (GCS address, dashboard URL, env).
-    """
-    import uuid
-    gcs, dashboard = free_port(), free_port()
-    # One temp dir per node, as on real machines: nodes sharing one would garbage-collect
-    # each other's runtime_env packages (the job's working dir).
-    # Short paths (/tmp/rt...): Ray's unix socket paths must fit in 107 bytes.
-    temp_dirs = [f"/tmp/rt{uuid.uuid4().hex[:8]}" for _ in range(2)]
-    token = uuid.uuid4().hex
-    env = {"RAY_ADDRESS": "", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
-
-    def node_args(temp_dir):  # nodes on one machine must not share their agents' ports
-        return ["--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--disable-usage-stats",
-                "--temp-dir", temp_dir] + [
-            arg for flag in ("--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
-                             "--metrics-export-port", "--runtime-env-agent-port",
-                             "--node-manager-port", "--object-manager-port")
-            for arg in (flag, str(free_port()))]
-
-    head = ["ray", "start", "--head", "--port", str(gcs), "--dashboard-host", "127.0.0.1",
-            "--dashboard-port", str(dashboard), "--include-dashboard", "true",
-            "--ray-client-server-port", str(free_port()), *node_args(temp_dirs[0])]
-    worker = ["ray", "start", "--address", f"127.0.0.1:{gcs}", *node_args(temp_dirs[1])]
-    try:
-        for cmd in (head, worker):
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180,
-                                  env={**os.environ, **env})
-            assert proc.returncode == 0, proc.stderr[-2000:]
-        yield f"127.0.0.1:{gcs}", f"http://127.0.0.1:{dashboard}", env
-    finally:
-        for temp_dir in temp_dirs:
-            stop_ray_under(temp_dir)
-            shutil.rmtree(temp_dir, ignore_errors=True)
-
-
-def test_submit_to_a_two_node_cluster(two_node_cluster, tmp_path, data_dir):
-    gcs, dashboard, env = two_node_cluster
+def test_submit_to_a_two_node_cluster(two_node_cluster, mlflow_server, tmp_path, data_dir):
+    gcs, dashboard, env = (two_node_cluster.gcs, two_node_cluster.dashboard,
+                           two_node_cluster.env)
     nodes = subprocess.run(
         [sys.executable, "-c", "import ray; ray.init(address='%s'); "
          "print(sum(n['Alive'] for n in ray.nodes()))" % gcs],
         capture_output=True, text=True, timeout=120, env={**os.environ, **env}, check=True)
     assert nodes.stdout.strip().splitlines()[-1] == "2"
-    store = tmp_path / "store" / "mlflow.db"
+    storage = tmp_path / "storage"
     proc = rhnsearch_cli("sweep", "submit", "spaces/jsb_optimization.yaml", "--preset", "smoke",
                          "--address", dashboard, "--data-dir", data_dir, "--tracking-uri",
-                         f"sqlite:///{store}", "--set", "archs=[rhn]", "--set",
-                         "depths=[1,2]", "--name", "on-cluster", "--follow", cwd=ROOT,
-                         timeout=900, env=env)
+                         mlflow_server, "--storage-path", storage, "--set", "archs=[rhn]",
+                         "--set", "depths=[1,2]", "--name", "on-cluster", "--follow",
+                         cwd=ROOT, timeout=900, env=env)
     job_id = proc.stdout.strip().splitlines()[0]
     assert job_id == "rhnsearch-on-cluster"
     status = rhnsearch_cli("sweep", "status", job_id, "--address", dashboard, cwd=ROOT,
@@ -249,17 +193,19 @@ def test_submit_to_a_two_node_cluster(two_node_cluster, tmp_path, data_dir):
     logs = rhnsearch_cli("sweep", "logs", job_id, "--address", dashboard, cwd=ROOT,
                          env=env).stdout
     assert "sweep on-cluster: 4 trials" in logs
-    client = MlflowClient(f"sqlite:///{store}")
+    client = MlflowClient(mlflow_server)
     exp = client.get_experiment_by_name("jsb_optimization")
     runs = client.search_runs([exp.experiment_id], "tags.kind = 'trial'")
     check_child_runs(client, runs, 4)
+    state = json.loads((storage / "on-cluster" / "rhnsearch_sweep.json").read_text())
+    assert state["storage"] == str(storage) and state["data_dir"] == str(data_dir)
 
 
 BAD_SPACES = {
     "unknown arch": ("archs: [rhn, gru]", "archs: unknown arch 'gru'"),
     "bad range": ("params: {lr: {uniform: [1.0, 0.1]}}", "params.lr: uniform range"),
     "unknown key": ("sampels: 3", "sampels: unknown key"),
-    "small budget": ("budget: 300", "budget: budget 300 is too small"),
+    "small budget": ("budget: 300", "bad.yaml: budget 300 is too small"),
     "bad depth": ("depths: [0, 2]", "depths: depths must be positive"),
 }
 
@@ -294,9 +240,28 @@ def test_unreachable_addresses_are_one_line(flag, value, expected, tmp_path, dat
 
 def test_submit_to_unreachable_dashboard_is_one_line(tmp_path):
     proc = rhnsearch_cli("sweep", "submit", JSB_SPACE, "--preset", "smoke", "--address",
-                         "http://127.0.0.1:9", cwd=ROOT, check=False, timeout=120)
+                         "http://127.0.0.1:9", "--tracking-uri", "http://127.0.0.1:9",
+                         "--storage-path", tmp_path, cwd=ROOT, check=False, timeout=120)
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
     assert "not reachable" in proc.stderr
+
+
+@pytest.mark.parametrize("args,expected", [
+    ([], "its MLflow store must be a server: pass --tracking-uri"),
+    (["--tracking-uri", "sqlite:///results/mlflow.db"], "must be a server"),
+    (["--tracking-uri", "http://127.0.0.1:9"], "pass --storage-path"),
+    (["--tracking-uri", "http://127.0.0.1:9", "--storage-path", "results/sweeps"],
+     "an absolute path of a shared directory"),
+])
+def test_submit_without_a_server_or_storage_is_refused_in_one_line(args, expected, tmp_path):
+    """A job's working directory is temporary: its results must go to a server and storage
+    that outlive it. Refused before any cluster is contacted (the address is unreachable)."""
+    env = {"MLFLOW_TRACKING_URI": "", "RHNSEARCH_STORAGE": ""}
+    proc = rhnsearch_cli("sweep", "submit", JSB_SPACE, "--preset", "smoke", "--address",
+                         "http://127.0.0.1:9", *args, cwd=ROOT, check=False, timeout=120,
+                         env=env)
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert expected in proc.stderr, proc.stderr
 
 
 def test_resume_unknown_sweep_names_the_known_ones(jsb_smoke):
@@ -315,18 +280,44 @@ def test_every_command_has_help():
         assert "usage: rhnsearch" in proc.stdout
 
 
-def test_optuna_search_gives_every_cell_its_trials(tmp_path, data_dir):
-    proc = rhnsearch_cli("sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir",
-                         data_dir, "--search", "optuna", "--set", "archs=[rhn,dtrnn]",
-                         "--set", "depths=[1,2]", "--name", "tpe", "--json", cwd=tmp_path)
+def test_optuna_sweep_resumed_continues_its_study(tmp_path, data_dir, sweeps):
+    """An Optuna sweep keeps its TPE study in its storage: killed after some trials and
+    resumed, the study holds every trial of both halves (the first half's with the values
+    they had), and every cell got its trials."""
+    sweep = sweeps(tmp_path, "tpe", data_dir, "--search", "optuna", "--set",
+                   "archs=[rhn,dtrnn]", "--set", "depths=[1,2]", "--set", "samples=3",
+                   "--set", "scheduler.name=fifo", "--set", "fixed.epochs=3")
+    experiment = tmp_path / "results" / "sweeps" / "tpe"
+    uri = f"sqlite:///{tmp_path / 'results/mlflow.db'}"
+
+    def some_trials_finished():
+        try:
+            study = load_study(str(experiment), "tpe")
+        except Exception:  # noqa: BLE001 - not created yet
+            return False
+        return len([t for t in study.trials if t.state.is_finished()]) >= 4
+    wait_until(some_trials_finished, "4 trials of the study finished")
+    sweep.stop()
+    before = {t.number: t for t in load_study(str(experiment), "tpe").trials
+              if t.state.is_finished()}
+    assert len(before) < 12, "every trial had finished before the kill"
+    proc = rhnsearch_cli("sweep", "resume", "tpe", "--json", cwd=tmp_path)
     assert json.loads(proc.stdout.strip().splitlines()[-1])["complete"]
-    client = MlflowClient(f"sqlite:///{tmp_path / 'results/mlflow.db'}")
+    study = load_study(str(experiment), "tpe")
+    finished = [t for t in study.trials if t.state.is_finished()]
+    assert len(finished) == 12 and {t.state.name for t in finished} == {"COMPLETE"}
+    for number, trial in before.items():
+        assert study.trials[number].params == trial.params
+        assert study.trials[number].value == trial.value
+    client = MlflowClient(uri)
     exp = client.get_experiment_by_name("jsb_optimization")
     runs = client.search_runs([exp.experiment_id], "tags.kind = 'trial'")
-    check_child_runs(client, runs, 8)
+    check_child_runs(client, runs, 12)
     cells = [(r.data.params["arch"], r.data.params["depth"]) for r in runs]
     assert sorted(set(cells)) == [("dtrnn", "1"), ("dtrnn", "2"), ("rhn", "1"), ("rhn", "2")]
-    assert all(cells.count(c) == 2 for c in set(cells))
+    assert all(cells.count(c) == 3 for c in set(cells))
+    logged = sorted(round(float(r.data.params["lr"]), 9) for r in runs)
+    assert logged == sorted(round(t.params["lr"], 9) for t in finished)
     (parent,) = client.search_runs([exp.experiment_id], "tags.kind = 'sweep'")
     assert parent.data.params["search"] == "optuna"
 

@@ -2,6 +2,9 @@
 import sys
 
 SPACE_HELP = "search space YAML, e.g. spaces/jsb_optimization.yaml"
+STORAGE_HELP = ("where Tune's state and the checkpoints go: a directory every node sees or a "
+                "bucket URI (s3://, gs://); default $RHNSEARCH_STORAGE, else results/sweeps "
+                "with a local Ray")
 
 
 def add_run_options(p):
@@ -12,11 +15,13 @@ def add_run_options(p):
     p.add_argument("--search", choices=["random", "optuna"], help="default: the space's")
     p.add_argument("--scheduler", choices=["asha", "fifo"],
                    help="asha stops bad trials early; fifo runs every trial to the end")
-    p.add_argument("--data-dir", help="data dir (default: $RHNSEARCH_DATA_DIR or user cache)")
+    p.add_argument("--data-dir", help="data dir (default: $RHNSEARCH_DATA_DIR or user cache; "
+                   "with submit, a path on the cluster)")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///results/"
                    "mlflow.db)")
     p.add_argument("--experiment", help="MLflow experiment (default: the space's file name)")
     p.add_argument("--name", help="sweep name (default: STUDY-PRESET-TIMESTAMP)")
+    p.add_argument("--storage-path", help=STORAGE_HELP)
 
 
 def add_sweep(sub):
@@ -37,6 +42,7 @@ def add_sweep(sub):
                              "not rerun.")
     resume.add_argument("name", help="the sweep's name (see results/sweeps/)")
     resume.add_argument("--address", help="Ray cluster address to join")
+    resume.add_argument("--storage-path", help=STORAGE_HELP)
     resume.add_argument("--json", action="store_true", help="print the summary as JSON")
     resume.set_defaults(run=cmd_resume)
 
@@ -68,26 +74,44 @@ def add_sweep(sub):
         q.set_defaults(run=cmd_logs if verb == "logs" else cmd_status)
 
 
-def report(summary, as_json):
+def format_summary(summary: dict) -> str:
+    best = summary["best"]
+    best_text = "no trial finished"
+    if best:
+        p = best["params"]
+        best_text = (f"best valid_loss {best['best_valid_loss']:.4f} ({p.get('arch')} depth "
+                     f"{p.get('depth')} width {p.get('width')}, run {best['run_id'][:8]})")
+    overhead = summary["wall_seconds"] / summary["train_seconds"] if summary[
+        "train_seconds"] else float("nan")
+    ending = "" if summary["complete"] else (
+        f"; not finished: `rhnsearch sweep resume {summary['name']}` continues it")
+    return (f"sweep {summary['name']}: {summary['trials']} trials: {summary['completed']} "
+            f"completed, {summary['stopped']} stopped early, {summary['diverged']} diverged, "
+            f"{summary['failed']} failed, {summary['running']} unfinished; {best_text}; "
+            f"wall {summary['wall_seconds']:.0f}s for {summary['train_seconds']:.0f}s of "
+            f"training ({overhead:.2f}x){ending}")
+
+
+def report(summary, as_json) -> int:
+    """Print the summary; exit code 0 only if every trial completed, stopped or diverged."""
     from ..cli import print_json
-    from .sweep import print_summary
-    print_summary(summary)
+    print(format_summary(summary), file=sys.stderr)
     if as_json:
         print_json(summary)
-    return 0 if summary["complete"] else 1
+    return 0 if summary["complete"] and summary["failed"] == 0 else 1
 
 
 def cmd_run(args):
     from .sweep import run_sweep
     summary = run_sweep(args.space, args.preset, args.overrides, args.address, args.search,
                         args.scheduler, args.data_dir, args.tracking_uri, args.experiment,
-                        args.name)
+                        args.name, args.storage_path)
     return report(summary, args.json)
 
 
 def cmd_resume(args):
     from .sweep import resume_sweep
-    return report(resume_sweep(args.name, args.address), args.json)
+    return report(resume_sweep(args.name, args.address, args.storage_path), args.json)
 
 
 def cmd_check(args):
@@ -101,17 +125,27 @@ def cmd_check(args):
 
 
 def cmd_submit(args):
-    from .jobs import follow_logs, submit
-    job_id = submit(args)
+    from .jobs import submit
+    job_id = submit(args.address, args.space, args.tracking_uri, args.storage_path,
+                    args.preset, args.overrides, args.name, search=args.search,
+                    scheduler=args.scheduler, data_dir=args.data_dir,
+                    experiment=args.experiment)
     print(job_id)
     if args.follow:
-        return follow_logs(args.address, job_id, sys.stdout)
+        return follow(args.address, job_id)
+
+
+def follow(address: str, job_id: str) -> int:
+    from .jobs import follow_logs
+    status = follow_logs(address, job_id, sys.stdout)
+    print(f"{job_id}: {status}", file=sys.stderr)
+    return 0 if status == "SUCCEEDED" else 1
 
 
 def cmd_logs(args):
-    from .jobs import follow_logs, job_call
+    from .jobs import job_call
     if args.follow:
-        return follow_logs(args.address, args.job, sys.stdout)
+        return follow(args.address, args.job)
     print(job_call(args.address, args.job, "get_job_logs"), end="")
 
 

@@ -1,18 +1,23 @@
-"""Submit a sweep to a Ray cluster as a Ray Job, and follow it."""
+"""Submit a sweep to a Ray cluster as a Ray Job, and follow it.
+
+The job runs `rhnsearch sweep run` on the cluster in a temporary copy of the project: its
+results must go where they outlive the job (an MLflow server, shared storage), and its data
+dir is the cluster's.
+"""
 import asyncio
+import os
 import shlex
-import sys
 import time
 from datetime import datetime
 from pathlib import Path
 
 import yaml
 
-from ..data import data_dir as default_data_dir
 from ..errors import UserError
-from ..tracking_store import resolve_tracking_uri
+from . import storage
+from .cluster import check_address
 from .space import load_space
-from .sweep import check_address
+from .sweep import STORAGE_ENV
 
 RUNTIME_ENV = Path("jobs/runtime_env.yaml")
 
@@ -27,14 +32,16 @@ def job_client(address: str):
                         "pass the dashboard address, e.g. http://127.0.0.1:8265") from None
 
 
-def entrypoint(args, name: str, uri: str, data: str) -> str:
-    """The `rhnsearch sweep run` command the job runs on the head node."""
-    cmd = ["python", "-m", "rhnsearch.cli", "sweep", "run", args.space, "--address", "auto",
-           "--name", name, "--tracking-uri", uri, "--data-dir", data]
-    for flag in ("preset", "search", "scheduler", "experiment"):
-        if getattr(args, flag):
-            cmd += [f"--{flag}", getattr(args, flag)]
-    for override in args.overrides:
+def entrypoint(space: str, name: str, uri: str, storage_path: str, options: dict,
+               overrides=()) -> str:
+    """The `rhnsearch sweep run` command the job runs on the cluster; `options` are further
+    flags (preset, search, ...), those that are None left out."""
+    cmd = ["python", "-m", "rhnsearch.cli", "sweep", "run", space, "--address", "auto",
+           "--name", name, "--tracking-uri", uri, "--storage-path", storage_path]
+    for flag, value in options.items():
+        if value is not None:
+            cmd += [f"--{flag.replace('_', '-')}", value]
+    for override in overrides:
         cmd += ["--set", override]
     return shlex.join(cmd)
 
@@ -46,26 +53,35 @@ def runtime_env() -> dict:
     return yaml.safe_load(RUNTIME_ENV.read_text())
 
 
-def submit(args) -> str:
-    """Validate locally, then submit; returns the job id."""
-    space = load_space(args.space, args.preset, args.overrides)
-    name = args.name or f"{space.study}-{args.preset or 'base'}-{datetime.now():%Y%m%d-%H%M%S}"
-    client = job_client(args.address)
-    uri = resolve_tracking_uri(args.tracking_uri)
-    if uri.startswith("sqlite"):
-        print(f"note: results go to {uri} on the cluster's head node; on a remote cluster "
-              "pass --tracking-uri http://MLFLOW_HOST:5000", file=sys.stderr)
-    data = str(default_data_dir(args.data_dir).resolve())
+def submit(address: str, space: str, tracking_uri: str | None, storage_path: str | None,
+           preset: str | None = None, overrides=(), name: str | None = None,
+           **options) -> str:
+    """Validate here, then submit; returns the job id. `options`: search, scheduler,
+    data_dir (a path on the cluster) and experiment, passed on as given."""
+    loaded = load_space(space, preset, overrides)
+    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    if not uri or not uri.startswith(("http://", "https://")):
+        raise UserError("a submitted sweep runs in a temporary directory on the cluster, so "
+                        "its MLflow store must be a server: pass --tracking-uri "
+                        "http://MLFLOW_HOST:5000 (an `mlflow server` the cluster reaches)")
+    storage_path = storage_path or os.environ.get(STORAGE_ENV)
+    if not storage_path or not (storage.is_uri(storage_path) or Path(storage_path).is_absolute()):
+        raise UserError("a submitted sweep keeps its state and checkpoints where every node "
+                        "of the cluster can read them: pass --storage-path with an absolute "
+                        "path of a shared directory or a bucket URI (s3://BUCKET/PATH)")
+    name = name or f"{loaded.study}-{preset or 'base'}-{datetime.now():%Y%m%d-%H%M%S}"
+    client = job_client(address)
+    command = entrypoint(space, name, uri, storage_path, {"preset": preset, **options},
+                         overrides)
     deadline = time.monotonic() + 90
     while True:
         try:
-            return client.submit_job(entrypoint=entrypoint(args, name, uri, data),
-                                     runtime_env=runtime_env(),
+            return client.submit_job(entrypoint=command, runtime_env=runtime_env(),
                                      submission_id=f"rhnsearch-{name}")
         except RuntimeError as exc:  # the SDK's error for a failed request
             message = str(exc).splitlines()[0][:200]
             if "try again later" not in message or time.monotonic() > deadline:
-                raise UserError(f"the Ray Jobs API at {args.address} refused the sweep: "
+                raise UserError(f"the Ray Jobs API at {address} refused the sweep: "
                                 f"{message}") from None
             time.sleep(2)  # a cluster that just started has no job agent yet
 
@@ -84,8 +100,8 @@ def job_status(address: str, job_id: str) -> str:
     return f"{job_id}: {info.status.value}" + (f" ({info.message})" if info.message else "")
 
 
-def follow_logs(address: str, job_id: str, out) -> int:
-    """Stream the job's logs until it ends; exit code 0 if it succeeded."""
+def follow_logs(address: str, job_id: str, out) -> str:
+    """Stream the job's logs to `out` until it ends; returns its final status."""
     client = job_client(address)
 
     async def tail():
@@ -95,6 +111,4 @@ def follow_logs(address: str, job_id: str, out) -> int:
 
     job_call(address, job_id, "get_job_info")  # an unknown job fails here, in one line
     asyncio.run(tail())
-    status = client.get_job_status(job_id).value
-    print(f"{job_id}: {status}", file=sys.stderr)
-    return 0 if status == "SUCCEEDED" else 1
+    return client.get_job_status(job_id).value

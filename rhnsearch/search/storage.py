@@ -6,7 +6,9 @@ resumed from any machine that reaches the storage.
 An S3-compatible server other than AWS is named by the standard AWS variables
 (`AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`), which pyarrow reads.
 """
+import io
 import uuid
+import zipfile
 from pathlib import Path
 
 import pyarrow.fs as pafs
@@ -57,3 +59,26 @@ def write_text(location: str, text: str):
 def exists(location: str) -> bool:
     fs, path = _filesystem(location)
     return fs.get_file_info(path).type != pafs.FileType.NotFound
+
+
+def listdir(location: str) -> list[str]:
+    """Names of the entries of a directory (none if it does not exist)."""
+    fs, path = _filesystem(location)
+    if fs.get_file_info(path).type != pafs.FileType.Directory:
+        return []
+    return sorted(info.base_name for info in fs.get_file_info(pafs.FileSelector(path)))
+
+
+def move(source: str, target: str):
+    fs, source_path = _filesystem(source)
+    fs.move(source_path, _filesystem(target)[1])
+
+
+def is_zip(location: str) -> bool:
+    """Whether the file is a whole zip archive (torch.save writes one; a file cut short by a
+    killed process is not)."""
+    fs, path = _filesystem(location)
+    if fs.get_file_info(path).type != pafs.FileType.File:
+        return False
+    with fs.open_input_stream(path) as stream:
+        return zipfile.is_zipfile(io.BytesIO(stream.read()))

@@ -1,14 +1,20 @@
 """MLflow records for a sweep: one parent run per sweep, one nested child run per trial.
 
-Everything is logged from the sweep driver by a Ray Tune callback, batched per epoch (no
-per-step calls): params when a trial starts, that epoch's metrics (step = epoch) when it
-reports, its final status as a tag when it ends. Records that cannot reach the tracking
-server are kept in a journal on disk and retried; a trial restored from a checkpoint keeps
-its one run.
+A Ray Tune callback (`MLflowTracker`) turns trial events into records: the trial's params when
+it starts, that epoch's metrics (step = epoch) and where it ran when it reports, its status
+tags and end when it ends. A record is appended to a journal on disk first (a killed driver
+loses none), then sent to MLflow by a background thread (`Sender`): Tune's event loop never
+waits on the network. Every record can be sent twice without effect, so a request that timed
+out but reached the server does no harm: a trial's run is looked up by its trial-id tag before
+one is created, metrics keep their timestamps (MLflow keeps one copy of an identical metric),
+epochs MLflow already has are not sent again, and runs end with their recorded end time.
 """
+import itertools
 import json
 import logging
 import os
+import queue
+import threading
 import time
 from pathlib import Path
 
@@ -20,11 +26,15 @@ from ..tracking_store import artifact_root
 from .trainable import trial_config
 
 log = logging.getLogger("rhnsearch")
-RETRY_SECONDS = 30  # while the store is down, try it again at most this often
+QUEUE_SIZE = 1000  # records held in memory for the sender; the journal holds them all
+BACKOFF_SECONDS = (1, 2, 5, 10, 30)  # between attempts while the store does not answer
+DRAIN_SECONDS = 30  # after the trials: how long an unreachable store is waited for
 SKIP_RESULT_KEYS = {"status", "epoch", "done", "training_iteration", "trial_id", "date",
                     "timestamp", "pid", "hostname", "node_ip", "config", "time_since_restore",
                     "iterations_since_restore", "checkpoint_dir_name", "should_checkpoint",
                     "params"}
+PLACEMENT_KEYS = {"hostname": "host", "node_ip": "node_ip", "node_id": "node_id",
+                  "device": "device", "gpu_ids": "gpu_ids"}  # result key -> run tag
 
 
 def get_experiment(client: MlflowClient, uri: str, name: str) -> str:
@@ -43,169 +53,252 @@ def flat_params(config: dict) -> dict:
     return params
 
 
-class MLflowTracker(Callback):
-    """Ray Tune callback writing the sweep's nested MLflow runs (picklable: no live client).
+class Journal:
+    """Records appended to a file and synced before they are sent, numbered; the number of
+    the last record MLflow has taken is kept beside it. Once everything is sent the file goes."""
 
-    Every record goes through a FIFO of pending records; a trial's run is created by its
-    first record, so a trial that starts while the store is down is recorded once it is
-    back. While records are pending they are also appended to a journal in the sweep dir
-    (one JSON line each), so that nothing is lost if the driver dies; `sweep resume` sends
-    what the journal holds and MLflow does not.
-    """
+    def __init__(self, directory):
+        self.path = Path(directory) / "mlflow_pending.jsonl"
+        self.sent_path = Path(directory) / "mlflow_sent"
+        self.lock = threading.Lock()
+        self.last = max([self.sent(), *(r["seq"] for r in self.records())])
+
+    def sent(self) -> int:
+        return int(self.sent_path.read_text()) if self.sent_path.exists() else 0
+
+    def records(self, after: int = 0) -> list[dict]:
+        """The journal's records numbered above `after`; a line cut short by a dying driver
+        ends the list."""
+        found = []
+        if self.path.exists():
+            for line in self.path.read_text().splitlines():
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    break
+                if record["seq"] > after:
+                    found.append(record)
+        return found
+
+    def append(self, record: dict) -> dict:
+        with self.lock:
+            self.last += 1
+            record["seq"] = self.last
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a") as out:
+                out.write(json.dumps(record) + "\n")
+                out.flush()
+                os.fsync(out.fileno())
+        return record
+
+    def ack(self, seq: int):
+        """Record that MLflow has every record up to `seq`; drop the file once it has all."""
+        tmp = self.sent_path.with_suffix(".tmp")
+        tmp.write_text(str(seq))
+        os.replace(tmp, self.sent_path)
+        with self.lock:
+            if seq == self.last:
+                self.path.unlink(missing_ok=True)
+
+
+class Sender:
+    """Sends a journal's records to MLflow in order, from a background thread. Records come
+    through a bounded queue; those that did not fit (or that an earlier driver left) are read
+    back from the journal."""
+
+    def __init__(self, uri: str, experiment_id: str, parent_run_id: str, sweep: str,
+                 journal: Journal):
+        self.uri, self.experiment_id, self.parent = uri, experiment_id, parent_run_id
+        self.sweep = sweep
+        self.journal, self.queue = journal, queue.Queue(QUEUE_SIZE)
+        self.delivered = journal.sent()
+        self.done = threading.Condition()
+        self.runs: dict[str, str] = {}  # trial id -> run id
+        self.max_epoch: dict[str, int] = {}  # trial id -> last epoch MLflow has
+        self.finished: set[str] = set()  # trials whose run ended FINISHED
+        self.failing_since = None  # time.monotonic() of the first failure in a row
+        self.client = None
+        threading.Thread(target=self._run, name="rhnsearch-mlflow", daemon=True).start()
+
+    def put(self, record: dict):
+        try:
+            self.queue.put_nowait(record)
+        except queue.Full:
+            pass  # it is in the journal; the sender reads it back from there
+
+    def drain(self, timeout: float = DRAIN_SECONDS) -> bool:
+        """Wait until every journaled record is in MLflow; give up once the store has not
+        answered for `timeout` seconds. True if everything was sent."""
+        with self.done:
+            while self.delivered < self.journal.last:
+                failing = self.failing_since
+                if failing is not None and time.monotonic() - failing > timeout:
+                    return False
+                self.done.wait(1.0)
+        return True
+
+    def _run(self):
+        self._attempt(self._load)
+        while True:
+            try:
+                record = self.queue.get(timeout=1.0)
+            except queue.Empty:
+                record = None
+            if (record is None and self.delivered >= self.journal.last) or (
+                    record is not None and record["seq"] <= self.delivered):
+                continue
+            if record is None or record["seq"] > self.delivered + 1:  # the journal has more
+                for missing in self.journal.records(self.delivered):
+                    if record is not None and missing["seq"] >= record["seq"]:
+                        break
+                    self._deliver(missing)
+            if record is not None:
+                self._deliver(record)
+
+    def _deliver(self, record: dict):
+        self._attempt(lambda: self._send(record))
+        self.journal.ack(record["seq"])
+        with self.done:
+            self.delivered = record["seq"]
+            self.done.notify_all()
+
+    def _attempt(self, action):
+        """Run `action` until it succeeds, waiting longer after each failure."""
+        for attempt in itertools.count():
+            try:
+                action()
+                break
+            except Exception as exc:  # noqa: BLE001 - network and server errors alike
+                self.client = None
+                if self.failing_since is None:
+                    self.failing_since = time.monotonic()
+                    log.warning("MLflow at %s is not answering (%s); records wait in %s and "
+                                "are retried", self.uri, str(exc).splitlines()[0][:160],
+                                self.journal.path)
+                time.sleep(BACKOFF_SECONDS[min(attempt, len(BACKOFF_SECONDS) - 1)])
+        if self.failing_since is not None:
+            log.warning("MLflow at %s is back: sending the waiting records", self.uri)
+            self.failing_since = None
+
+    def _mlflow(self) -> MlflowClient:
+        if self.client is None:
+            self.client = MlflowClient(self.uri)
+        return self.client
+
+    def _load(self):
+        """What MLflow already has of this sweep (a resumed sweep reuses its runs)."""
+        for run in self._mlflow().search_runs(
+                [self.experiment_id], f"tags.mlflow.parentRunId = '{self.parent}'",
+                max_results=50000):
+            self._know(run)
+
+    def _know(self, run):
+        trial_id = run.data.tags.get("trial_id")
+        if trial_id:
+            self.runs[trial_id] = run.info.run_id
+            self.max_epoch[trial_id] = int(run.data.metrics.get("epoch", 0))
+            if run.info.status == "FINISHED":
+                self.finished.add(trial_id)
+
+    def _run_id(self, trial_id: str, name: str | None) -> str:
+        """The trial's run: known, found by its tag (a create that timed out may have
+        reached the server), or created."""
+        if trial_id not in self.runs:
+            found = self._mlflow().search_runs(
+                [self.experiment_id], f"tags.mlflow.parentRunId = '{self.parent}' and "
+                f"tags.trial_id = '{trial_id}'", max_results=1)
+            if found:
+                self._know(found[0])
+            else:
+                run = self._mlflow().create_run(self.experiment_id, run_name=name, tags={
+                    "mlflow.parentRunId": self.parent, "kind": "trial",
+                    "trial_id": trial_id, "sweep": self.sweep, "status": "running"})
+                self.runs[trial_id] = run.info.run_id
+        return self.runs[trial_id]
+
+    def _send(self, record: dict):
+        trial_id = record["trial_id"]
+        metrics = [Metric(*m) for m in record["metrics"]]
+        if metrics and max(m.step for m in metrics) <= self.max_epoch.get(trial_id, 0):
+            metrics = []  # MLflow has this epoch: sent before a restore or a dead driver
+        finished = trial_id in self.finished  # a resumed sweep may end it again: leave it
+        tags = [] if finished else [RunTag(*t) for t in record["tags"]]
+        params = [Param(*p) for p in record["params"]]
+        if not (metrics or tags or params or (record["end"] and not finished)):
+            return
+        run_id = self._run_id(trial_id, record["name"])
+        for i in range(0, max(len(metrics), 1), 900):  # MLflow's batch limit
+            self._mlflow().log_batch(run_id, metrics=metrics[i:i + 900],
+                                     params=params if i == 0 else [],
+                                     tags=tags if i == 0 else [])
+        if metrics:
+            self.max_epoch[trial_id] = max(m.step for m in metrics)
+        if record["end"] and not finished:
+            self._mlflow().set_terminated(run_id, record["end"], record["end_time"])
+            if record["end"] == "FINISHED":
+                self.finished.add(trial_id)
+
+
+_SENDERS: dict[Path, Sender] = {}  # one sender per journal in this process
+_SENDERS_LOCK = threading.Lock()
+
+
+def sender_for(journal_dir, uri: str, experiment_id: str, parent_run_id: str,
+               sweep: str) -> Sender:
+    """The sender of the sweep whose journal is in `journal_dir` (started on first use)."""
+    key = Path(journal_dir).resolve()
+    with _SENDERS_LOCK:
+        if key not in _SENDERS:
+            _SENDERS[key] = Sender(uri, experiment_id, parent_run_id, sweep, Journal(key))
+        return _SENDERS[key]
+
+
+class MLflowTracker(Callback):
+    """Ray Tune callback: the sweep's trial events as records for its sender (picklable: the
+    sender is found again, or started, by `setup`)."""
 
     def __init__(self, tracking_uri: str, experiment_id: str, parent_run_id: str,
-                 sweep_name: str, artifact_dir: str):
+                 sweep: str, journal_dir: str):
         self.tracking_uri, self.experiment_id = tracking_uri, experiment_id
-        self.parent_run_id, self.sweep_name = parent_run_id, sweep_name
-        self.artifact_dir = artifact_dir
+        self.parent_run_id, self.sweep, self.journal_dir = parent_run_id, sweep, journal_dir
         self._reset()
 
     def _reset(self):
-        self._client = None
-        self.runs: dict[str, str | None] = {}  # trial id -> run id (None: not created yet)
-        self.logged_epoch: dict[str, int] = {}  # trial id -> last epoch sent or pending
-        self.finished: set[str] = set()         # trials whose run ended, sent or pending
-        self.pending: list[dict] = []           # records not yet sent, oldest first
-        self.journaled = 0                      # how many of them are in the journal
-        self.retry_at = 0.0                     # time.monotonic() of the next attempt
-        self.warned = False
+        self.sender = None
+        self.started: set[str] = set()  # trials whose params were recorded by this driver
+        self.epoch: dict[str, int] = {}  # trial id -> last epoch recorded
+        self.placement: dict[str, dict] = {}  # trial id -> where it ran last
 
     def __getstate__(self):
-        state = self.__dict__.copy()
-        state["_client"] = None
-        return state
+        return {**self.__dict__, "sender": None}
 
-    @property
-    def client(self) -> MlflowClient:
-        if self._client is None:
-            self._client = MlflowClient(self.tracking_uri)
-        return self._client
-
-    @property
-    def pending_path(self) -> Path:
-        return Path(self.artifact_dir) / "mlflow_pending.jsonl"
-
-    # -- sending, with retry -------------------------------------------------------------
-    def _send(self, trial_id, metrics=(), params=(), tags=(), end=None, name=None):
-        """Queue a record (JSON-able: it may be saved) and send what the store takes."""
-        self.pending.append({"trial_id": trial_id, "name": name, "end": end,
-                             "metrics": [[m.key, m.value, m.timestamp, m.step]
-                                         for m in metrics],
-                             "params": [[p.key, p.value] for p in params],
-                             "tags": [[t.key, t.value] for t in tags]})
-        self.flush()
-
-    def _create_run(self, trial_id: str, name: str | None) -> str:
-        run = self.client.create_run(self.experiment_id, run_name=name, tags={
-            "mlflow.parentRunId": self.parent_run_id, "kind": "trial", "trial_id": trial_id,
-            "sweep": self.sweep_name, "status": "running"})
-        self.runs[trial_id] = run.info.run_id
-        return run.info.run_id
-
-    def _journal(self):
-        """Append the pending records not yet on disk to the journal, synced."""
-        if self.journaled < len(self.pending):
-            self.pending_path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.pending_path, "a") as out:
-                out.writelines(json.dumps(r) + "\n" for r in self.pending[self.journaled:])
-                out.flush()
-                os.fsync(out.fileno())
-            self.journaled = len(self.pending)
-
-    def flush(self, force: bool = False) -> bool:
-        """Send what is pending, oldest first. If the store is unreachable, keep the rest in
-        the journal and wait RETRY_SECONDS before trying again (unless `force`)."""
-        if self.pending and not force and time.monotonic() < self.retry_at:
-            self._journal()
-            return False
-        had_pending = bool(self.pending)
-        while self.pending:
-            record = self.pending[0]
-            try:
-                run_id = (self.runs.get(record["trial_id"])
-                          or self._create_run(record["trial_id"], record["name"]))
-                metrics = [Metric(*m) for m in record["metrics"]]
-                for i in range(0, max(len(metrics), 1), 900):  # MLflow's batch limit
-                    first = i == 0
-                    self.client.log_batch(
-                        run_id, metrics=metrics[i:i + 900],
-                        params=[Param(*p) for p in record["params"]] if first else [],
-                        tags=[RunTag(*t) for t in record["tags"]] if first else [])
-                if record["end"]:
-                    self.client.set_terminated(run_id, record["end"])
-            except Exception as exc:  # network or server errors: keep and retry later
-                if not self.warned:
-                    log.warning("MLflow at %s is not answering (%s); keeping %d record(s) "
-                                "in %s and retrying every %d s", self.tracking_uri,
-                                str(exc).splitlines()[0][:160], len(self.pending),
-                                self.pending_path, RETRY_SECONDS)
-                    self.warned = True
-                self.retry_at = time.monotonic() + RETRY_SECONDS
-                self._journal()
-                return False
-            self.pending.pop(0)
-            self.journaled = max(self.journaled - 1, 0)
-        if had_pending:
-            self.pending_path.unlink(missing_ok=True)
-            self.journaled = 0
-        if self.warned:
-            log.warning("MLflow at %s is back: all buffered records sent", self.tracking_uri)
-            self.warned = False
-        return True
-
-    # -- run bookkeeping -----------------------------------------------------------------
     def setup(self, **info):
-        """Find the child runs of this sweep already in MLflow (a resumed sweep reuses them)
-        and the records an earlier driver could not send."""
         self._reset()
-        for run in self.client.search_runs(
-                [self.experiment_id], f"tags.mlflow.parentRunId = '{self.parent_run_id}'",
-                max_results=50000):
-            trial_id = run.data.tags.get("trial_id")
-            if trial_id:
-                self.runs[trial_id] = run.info.run_id
-                self.logged_epoch[trial_id] = int(run.data.metrics.get("epoch", 0))
-                if run.info.status == "FINISHED":
-                    self.finished.add(trial_id)
-        for record in self._read_journal():
-            trial_id = record["trial_id"]
-            epochs = [step for key, _, _, step in record["metrics"] if key == "epoch"]
-            if epochs and max(epochs) <= self.logged_epoch.get(trial_id, 0):
-                record["metrics"] = []  # sent before the earlier driver stopped
-            self.runs.setdefault(trial_id, None)
-            self.logged_epoch[trial_id] = max([self.logged_epoch.get(trial_id, 0), *epochs])
-            if record["end"] == "FINISHED":
-                self.finished.add(trial_id)
-            self.pending.append(record)
-        self.journaled = len(self.pending)
-        self.flush(force=True)
+        self.sender = sender_for(self.journal_dir, self.tracking_uri, self.experiment_id,
+                                 self.parent_run_id, self.sweep)
 
-    def _read_journal(self) -> list[dict]:
-        """The journal's records; a last line cut short by a dying driver is skipped."""
-        if not self.pending_path.exists():
-            return []
-        records = []
-        for line in self.pending_path.read_text().splitlines():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                break
-        return records
+    def _record(self, trial_id: str, metrics=(), params=(), tags=(), end=None, name=None):
+        record = {"trial_id": trial_id, "name": name, "end": end,
+                  "end_time": int(time.time() * 1000) if end else None,
+                  "metrics": [[m.key, m.value, m.timestamp, m.step] for m in metrics],
+                  "params": [[p.key, p.value] for p in params],
+                  "tags": [[t.key, t.value] for t in tags]}
+        self.sender.put(self.sender.journal.append(record))
 
     def start_run(self, trial):
-        """Queue the trial's run and params, once per trial (not again on a retry)."""
-        if trial.trial_id in self.runs:
+        """Record the trial's params, once per trial and driver (again after a resume: the
+        same values, which MLflow takes again without change)."""
+        if trial.trial_id in self.started:
             return
-        self.runs[trial.trial_id] = None
-        self.logged_epoch[trial.trial_id] = 0
+        self.started.add(trial.trial_id)
         config = trial.config
         cell = config.get("cell", {})
         cfg = trial_config(config)
         params = {**{k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
                   **flat_params(config)}
-        self._send(trial.trial_id, name=f"{cell.get('arch')}-d{cell.get('depth')}-"
-                   f"{trial.trial_id}", params=[Param(k, str(v)[:6000]) for k, v in
-                                               sorted(params.items())])
+        self._record(trial.trial_id, name=f"{cell.get('arch')}-d{cell.get('depth')}-"
+                     f"{trial.trial_id}", params=[Param(k, str(v)[:6000]) for k, v in
+                                                 sorted(params.items())])
 
     def on_trial_start(self, iteration, trials, trial, **info):
         self.start_run(trial)
@@ -213,26 +306,20 @@ class MLflowTracker(Callback):
     def on_trial_result(self, iteration, trials, trial, result, **info):
         self.start_run(trial)
         epoch = int(result.get("epoch", result.get("training_iteration", 0)))
-        if epoch <= self.logged_epoch.get(trial.trial_id, 0):
-            return  # already logged before a restore: no duplicate steps
+        if epoch <= self.epoch.get(trial.trial_id, 0):
+            return  # reported again after a restore: recorded already
+        self.epoch[trial.trial_id] = epoch
         now = int(time.time() * 1000)
         metrics = [Metric(k, float(v), now, epoch) for k, v in result.items()
                    if k not in SKIP_RESULT_KEYS and isinstance(v, (int, float))
                    and not isinstance(v, bool)]
         metrics.append(Metric("epoch", float(epoch), now, epoch))
-        self.logged_epoch[trial.trial_id] = epoch
-        self._send(trial.trial_id, metrics=metrics)
-
-    def _end(self, trial, tags, end: str):
-        """Queue the trial's final tags and end its run. A trial that finished before a
-        driver died may be completed again by the resumed sweep: its run is left as it was
-        (a failed one is retried by the resume, and ends again)."""
-        if trial.trial_id in self.finished:
-            return
-        if end == "FINISHED":
-            self.finished.add(trial.trial_id)
-        self.start_run(trial)
-        self._send(trial.trial_id, tags=tags, end=end)
+        placement = {tag: str(result[key]) for key, tag in PLACEMENT_KEYS.items()
+                     if key in result}
+        changed = placement != self.placement.get(trial.trial_id)
+        self.placement[trial.trial_id] = placement
+        self._record(trial.trial_id, metrics=metrics,
+                     tags=[RunTag(k, v) for k, v in placement.items()] if changed else [])
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         result = trial.last_result or {}
@@ -240,16 +327,18 @@ class MLflowTracker(Callback):
         tags = [RunTag("status", status if status != "running" else "stopped")]
         if status == "running":
             tags.append(RunTag("stopped_at_epoch", str(result.get("epoch", 0))))
-        self._end(trial, tags, "FINISHED")
+        self.start_run(trial)
+        self._record(trial.trial_id, tags=tags, end="FINISHED")
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        error = str(getattr(trial, "error_msg", "") or "worker error").splitlines()
-        self._end(trial, [RunTag("status", "failed"),
-                          RunTag("error", (error[-1] if error else "")[:500])], "FAILED")
+        self.start_run(trial)
+        self._record(trial.trial_id, tags=[RunTag("status", "failed"),
+                                           RunTag("error", error_line(trial))], end="FAILED")
 
-    def on_experiment_end(self, trials, **info):
-        if self.flush(force=True):
-            return
-        log.warning("MLflow at %s stayed unreachable: %d record(s) could not be sent; they "
-                    "are saved in %s and sent by `rhnsearch sweep resume %s`",
-                    self.tracking_uri, len(self.pending), self.pending_path, self.sweep_name)
+
+def error_line(trial) -> str:
+    """The last line of the error Ray recorded for a failed trial (the exception's own
+    message, e.g. "RuntimeError: ..."), from the error file Tune writes beside the trial."""
+    path = getattr(trial, "error_file", None)
+    lines = Path(path).read_text().strip().splitlines() if path and Path(path).exists() else []
+    return (lines[-1].strip() if lines else "the trial's worker failed")[:500]

@@ -1,12 +1,17 @@
 """The Ray Tune trainable: one trial = one `Trainer`, reporting each epoch with a checkpoint."""
 import logging
+import os
+import socket
 import tempfile
 
+import ray
+import torch
 from ray import tune
 
 from ..data import load_dataset
 from ..train import Trainer, TrialConfig
 
+ALLOW_CPU_FALLBACK = "RHNSEARCH_ALLOW_CPU_FALLBACK"  # =1: a GPU trial may train on the CPU
 _DATA = {}  # dataset cache per worker process: (name, data dir) -> data
 
 
@@ -16,13 +21,28 @@ def trial_config(config: dict) -> TrialConfig:
     return TrialConfig.from_dict(flat)
 
 
+def assigned_gpus() -> list:
+    """The GPUs Ray gave this trial. A trial given one must train on it: where torch sees no
+    CUDA device it fails, in one line, unless $RHNSEARCH_ALLOW_CPU_FALLBACK is 1."""
+    gpus = ray.get_gpu_ids()
+    if gpus and not torch.cuda.is_available() and os.environ.get(ALLOW_CPU_FALLBACK) != "1":
+        raise RuntimeError(
+            f"Ray gave this trial GPU {','.join(map(str, gpus))} on {socket.gethostname()} but "
+            f"torch {torch.__version__} sees no CUDA device there: install a CUDA build of "
+            f"torch on the GPU nodes, or set resources.gpu=0 ({ALLOW_CPU_FALLBACK}=1 trains "
+            "on the CPU instead)")
+    return gpus
+
+
 def run_trial(config: dict):
     """Train the trial's configuration, `tune.report` per epoch; resumes from Tune's checkpoint.
 
     The last report of a trial that ends by itself carries status completed or diverged and
     its test numbers; a trial stopped by the scheduler ends on a report with status running.
+    Every report says where the trial runs: its Ray node, device and the GPUs Ray assigned.
     """
     logging.getLogger("ray.train").setLevel(logging.WARNING)  # no line per checkpoint
+    gpus = assigned_gpus()
     cfg = trial_config(config)
     key = (cfg.dataset, config["data_dir"])
     if key not in _DATA:
@@ -32,6 +52,8 @@ def run_trial(config: dict):
     if checkpoint:
         with checkpoint.as_directory() as directory:
             trainer.load(directory)
+    placement = {"device": str(trainer.device), "gpu_ids": ",".join(map(str, gpus)) or "none",
+                 "node_id": ray.get_runtime_context().get_node_id()}
     while trainer.epoch < cfg.epochs and trainer.status == "running":
         metrics = trainer.run_epoch()
         if trainer.status != "running" or trainer.epoch >= cfg.epochs:
@@ -40,7 +62,7 @@ def run_trial(config: dict):
                            best_epoch=final["best_epoch"])
             if "test_ppl" in final:
                 metrics["test_ppl"] = final["test_ppl"]
-        metrics["params"] = trainer.params
+        metrics.update(placement, params=trainer.params)
         with tempfile.TemporaryDirectory() as directory:
             trainer.save(directory)
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(directory))

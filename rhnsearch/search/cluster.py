@@ -1,0 +1,63 @@
+"""Ray for a sweep: a local Ray on loopback, or the cluster at an address, and the resources
+the space asks for checked against it before anything is recorded."""
+import logging
+import os
+import socket
+from urllib.parse import urlparse
+
+import ray
+
+from ..errors import UserError
+from .trainable import ALLOW_CPU_FALLBACK
+
+log = logging.getLogger("rhnsearch")
+
+
+def check_address(address: str):
+    """Fail fast, in one line, when a Ray address does not answer (a TCP connect)."""
+    if address in ("auto", "local"):
+        return
+    url = urlparse(address if "://" in address else f"ray://{address}")
+    host, port = url.hostname, url.port
+    if not host or not port:
+        raise UserError(f"cannot read Ray address {address!r}: write HOST:PORT (e.g. "
+                        "127.0.0.1:6379) or auto")
+    try:
+        socket.create_connection((host, port), timeout=5).close()
+    except OSError as exc:
+        raise UserError(f"Ray at {address} is not reachable ({exc.strerror or exc}): start it "
+                        "with `ray start --head` or check the address") from None
+
+
+def start_ray(address: str | None):
+    """A local Ray started here by default; with an address, join that cluster."""
+    if ray.is_initialized():
+        return
+    # Checkpointing every epoch is the point (resume, retries): don't warn about it.
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    # The driver's opt-out goes to its trials' workers (see trainable.assigned_gpus).
+    env = {k: os.environ[k] for k in (ALLOW_CPU_FALLBACK,) if k in os.environ}
+    runtime_env = {"env_vars": env} if env else None
+    if address:
+        check_address(address)
+        try:
+            ray.init(address=address, logging_level=logging.WARNING, runtime_env=runtime_env)
+        except (ConnectionError, RuntimeError) as exc:
+            raise UserError(f"could not join the Ray cluster at {address}: "
+                            f"{str(exc).splitlines()[0]}") from None
+    else:
+        ray.init(include_dashboard=False, logging_level=logging.WARNING, runtime_env=runtime_env,
+                 _node_ip_address="127.0.0.1")  # a local Ray stays on loopback
+
+
+def check_gpus(gpu: float, local: bool):
+    """A trial asking for a GPU that Ray does not have would wait forever. A local Ray (not
+    started yet) has the GPUs torch sees; a cluster may autoscale GPU nodes (a warning)."""
+    import torch
+    if gpu > 0 and not (torch.cuda.is_available() if local
+                        else ray.cluster_resources().get("GPU")):
+        message = (f"the space asks for {gpu} GPU per trial but Ray has no GPU: pass --set "
+                   "resources.gpu=0 to train on CPUs")
+        if local:
+            raise UserError(message)
+        log.warning("%s (unless the cluster autoscales GPU nodes)", message)

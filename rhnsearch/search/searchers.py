@@ -1,0 +1,94 @@
+"""How a sweep samples its trials: Tune's random search over every cell, or Optuna's TPE with
+its study kept in the sweep's storage (so that a resumed sweep continues the same study)."""
+import json
+
+import optuna
+from optuna.storages import JournalStorage
+from optuna.storages.journal import BaseJournalBackend, JournalFileBackend
+from ray import tune
+from ray.tune.search import BasicVariantGenerator, ConcurrencyLimiter
+from ray.tune.search.optuna import OptunaSearch
+
+from . import storage
+from .space import Distribution, Space
+
+METRIC, MODE = "valid_loss", "min"
+OPTUNA_JOURNAL = "optuna_journal"
+
+
+def tune_sampler(dist: Distribution):
+    low_high = getattr(dist, dist.kind)
+    return {"uniform": lambda: tune.uniform(*low_high),
+            "loguniform": lambda: tune.loguniform(*low_high),
+            "randint": lambda: tune.randint(low_high[0], low_high[1] + 1),
+            "choice": lambda: tune.choice(low_high)}[dist.kind]()
+
+
+class OptunaSpace:
+    """Optuna define-by-run space: TPE samples the hyperparameters; the cells take turns by
+    trial number, so every (arch, depth) cell gets the same number of trials."""
+
+    def __init__(self, cells: list, params: dict, constants: dict):
+        self.cells, self.params, self.constants = cells, params, constants
+
+    def __call__(self, trial):
+        for name, dist in self.params.items():
+            low_high = getattr(dist, dist.kind)
+            if dist.kind == "choice":
+                trial.suggest_categorical(name, low_high)
+            elif dist.kind == "randint":
+                trial.suggest_int(name, *low_high)
+            else:
+                trial.suggest_float(name, *low_high, log=dist.kind == "loguniform")
+        return {**self.constants, "cell": self.cells[trial.number % len(self.cells)]}
+
+
+class ObjectJournal(BaseJournalBackend):
+    """An Optuna journal on an object store: each append is one new object, numbered."""
+
+    def __init__(self, location: str):
+        self.location, self.logs, self.objects = location, [], 0
+
+    def __getstate__(self):
+        return {"location": self.location, "logs": [], "objects": 0}
+
+    def read_logs(self, log_number_from: int):
+        for name in storage.listdir(self.location)[self.objects:]:
+            self.logs += json.loads(storage.read_text(storage.join(self.location, name)))
+            self.objects += 1
+        return self.logs[log_number_from:]
+
+    def append_logs(self, logs: list):
+        self.read_logs(len(self.logs))  # the numbering must follow every object
+        storage.write_text(storage.join(self.location, f"{self.objects:09d}.json"),
+                           json.dumps(logs))
+
+
+def optuna_storage(experiment: str) -> JournalStorage:
+    """The Optuna study's storage in the sweep's directory: a journal file (with its own
+    lock, safe on shared filesystems), or numbered objects in a bucket."""
+    location = storage.join(experiment, OPTUNA_JOURNAL)
+    if storage.is_uri(location):
+        return JournalStorage(ObjectJournal(location))
+    return JournalStorage(JournalFileBackend(location + ".log"))
+
+
+def load_study(experiment: str, name: str) -> optuna.Study:
+    """An Optuna sweep's study, as its storage has it."""
+    return optuna.load_study(study_name=name, storage=optuna_storage(experiment))
+
+
+def build_search(space: Space, cells: list, constants: dict, search: str, experiment: str,
+                 name: str):
+    """(param_space, search_alg, num_samples) for the Tuner of the sweep `name`, whose Tune
+    experiment is at `experiment`."""
+    if search == "random":
+        param_space = {**constants, "cell": tune.grid_search(cells),
+                       **{k: tune_sampler(d) for k, d in space.params.items()}}
+        return param_space, BasicVariantGenerator(random_state=space.seed), space.samples
+    optuna_search = OptunaSearch(OptunaSpace(cells, space.params, constants), metric=METRIC,
+                                 mode=MODE, seed=space.seed, study_name=name,
+                                 storage=optuna_storage(experiment))
+    limit = space.max_concurrent or 2
+    return None, ConcurrencyLimiter(optuna_search, max_concurrent=limit), \
+        len(cells) * space.samples
