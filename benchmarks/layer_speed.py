@@ -19,7 +19,6 @@ time instead of the wall clock: much less sensitive to the other jobs (one threa
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
