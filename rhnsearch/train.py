@@ -74,6 +74,8 @@ class TrialConfig:
                                                   "bool": bool, "str": str}[f.type]
             if not isinstance(value, kind) or (f.type != "bool" and isinstance(value, bool)):
                 bad(f.name, f"must be a {f.type}")
+            if f.type == "float" and not math.isfinite(value):
+                bad(f.name, "must be a finite number")
         if self.dataset not in DATASETS:
             bad("dataset", f"use one of {', '.join(DATASETS)}")
         if self.optimizer not in ("sgd", "adam"):

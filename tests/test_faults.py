@@ -97,9 +97,11 @@ def test_trial_worker_killed_mid_epoch_resumes_from_its_checkpoint(tmp_path, dat
     pids = [r["pid"] for r in results]
     assert pids[0] == worker.pid and len(set(pids)) == 2, pids  # it went on in a new worker
     assert_went_on_from_a_checkpoint(results, epochs)
-    config = json.loads((tmp_path / "results" / "sweeps" / sweep.name / trial_dir /
-                         "params.json").read_text())
-    unbroken = Trainer(trial_config(config), load_dataset("jsb", data_dir, allow_fetch=False))
+    experiment = tmp_path / "results" / "sweeps" / sweep.name
+    config = json.loads((experiment / trial_dir / "params.json").read_text())
+    cells = json.loads((experiment / "rhnsearch_sweep.json").read_text())["cells"]
+    unbroken = Trainer(trial_config(config, cells),
+                       load_dataset("jsb", data_dir, allow_fetch=False))
     unbroken.fit()
     logged = sorted(client.get_metric_history(runs[0].info.run_id, "valid_loss"),
                     key=lambda m: m.step)
@@ -115,7 +117,7 @@ def test_resume_after_tune_deleted_the_checkpoint_its_saved_state_names(tmp_path
     checkpoint and its run has every epoch once."""
     import torch
 
-    from rhnsearch.search.sweep import stale_checkpoints
+    from rhnsearch.search.checkpoints import stale_checkpoints
     epochs = 20
     sweep = sweeps(tmp_path, "stale-state", data_dir, *SMALL, "--set", "depths=[1]",
                    "--set", "samples=1", "--set", f"fixed.epochs={epochs}")
@@ -133,8 +135,8 @@ def test_resume_after_tune_deleted_the_checkpoint_its_saved_state_names(tmp_path
     (checkpoint,) = next(directory.glob("run_trial_*")).glob("checkpoint_*")
     index = int(checkpoint.name[-6:])  # registered in place of the one the state names
     newer = checkpoint.rename(checkpoint.with_name(f"checkpoint_{index + 1:06d}"))
-    ((trial_dir, named),) = stale_checkpoints(directory)
-    assert trial_dir == newer.parent and named < newer.name
+    ((trial_dir, named),) = stale_checkpoints(str(directory))
+    assert trial_dir == str(newer.parent) and named < newer.name
 
     proc = rhnsearch_cli("sweep", "resume", sweep.name, "--json", cwd=tmp_path, timeout=400)
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -577,23 +579,27 @@ def test_resumed_driver_leaves_finished_runs_as_they_were(tmp_path):
     and status. A failed run, which the resume retries, is ended again."""
     from ray.tune.experiment import Trial
 
-    from rhnsearch.search.tracking import MLflowTracker
+    from rhnsearch.search import tracking
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = client.create_experiment("resume")
     parent = client.create_run(experiment).info.run_id
+    cells = {"rhn d1 w8": {"arch": "rhn", "depth": 1, "tied": False, "width": 8, "params": 9}}
 
     def driver():
-        tracker = MLflowTracker(client.tracking_uri, experiment, parent, "s", str(tmp_path))
+        tracking._SENDERS.clear()  # a driver process of its own, with a sender of its own
+        tracker = tracking.MLflowTracker(client.tracking_uri, experiment, parent, "s",
+                                         str(tmp_path), cells)
         tracker.setup()
         return tracker
-    done, retried = (Trial("run_trial", config={"cell": {"arch": "rhn", "depth": 1}},
-                           trial_id=name, stub=True) for name in ("done", "retried"))
+    done, retried = (Trial("run_trial", config={"cell": "rhn d1 w8"}, trial_id=name,
+                           stub=True) for name in ("done", "retried"))
     first = driver()
     for trial, status in ((done, "completed"), (retried, "failed")):
         first.on_trial_result(0, [], trial, {"epoch": 1, "valid_loss": 2.0})
         trial.update_last_result({"epoch": 1, "status": status})
         (first.on_trial_complete if status == "completed" else first.on_trial_error)(
             0, [], trial)
+    assert first.sender.drain()
     def trial_runs():
         return {r.data.tags["trial_id"]: r
                 for r in client.search_runs([experiment], "tags.kind = 'trial'")}
@@ -605,6 +611,7 @@ def test_resumed_driver_leaves_finished_runs_as_they_were(tmp_path):
     for trial in (done, retried):
         trial.update_last_result({"epoch": 1, "status": "running"})
         second.on_trial_complete(0, [], trial)
+    assert second.sender.drain()
     after = trial_runs()
     assert after["done"].info.end_time == runs["done"].info.end_time
     assert after["done"].data.tags["status"] == "completed"

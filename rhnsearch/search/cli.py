@@ -119,7 +119,7 @@ def cmd_check(args):
     space = load_space(args.space, args.preset, args.overrides)
     print(f"{space.study}: {space.num_trials} trials, dataset {space.dataset}, search "
           f"{space.search}, scheduler {space.scheduler.name}, {space.epochs} epochs max")
-    for cell in space.cells():
+    for cell in space.cells().values():
         print(f"  {cell['arch']:>7} depth {cell['depth']:>2} tied {str(cell['tied']):5} "
               f"width {cell['width']:>5} params {cell['params']:>11,}")
 

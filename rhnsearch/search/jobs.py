@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from ..errors import UserError
+from ..provenance import COMMIT_ENV, DIRTY_ENV, git_commit
 from . import storage
 from .cluster import check_address
 from .space import load_space
@@ -47,10 +48,15 @@ def entrypoint(space: str, name: str, uri: str, storage_path: str, options: dict
 
 
 def runtime_env() -> dict:
+    """jobs/runtime_env.yaml, with this checkout's git commit (the job's copy has no .git)."""
     if not RUNTIME_ENV.exists():
         raise UserError(f"{RUNTIME_ENV} not found: run `rhnsearch sweep submit` from the "
                         "project directory (the job ships it as its working_dir)")
-    return yaml.safe_load(RUNTIME_ENV.read_text())
+    env = yaml.safe_load(RUNTIME_ENV.read_text())
+    commit, dirty = git_commit()
+    if commit:
+        env.setdefault("env_vars", {}).update({COMMIT_ENV: commit, DIRTY_ENV: str(dirty).lower()})
+    return env
 
 
 def submit(address: str, space: str, tracking_uri: str | None, storage_path: str | None,

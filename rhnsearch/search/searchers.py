@@ -25,11 +25,14 @@ def tune_sampler(dist: Distribution):
 
 
 class OptunaSpace:
-    """Optuna define-by-run space: TPE samples the hyperparameters; the cells take turns by
-    trial number, so every (arch, depth) cell gets the same number of trials."""
+    """Optuna define-by-run space: TPE samples the hyperparameters; the cells (by label) take
+    turns, so every (arch, depth) cell gets the same number of trials. The turn is counted
+    here, not by Optuna's trial numbers: this object is saved with Tune's searcher state, so a
+    resumed sweep goes on from the turn of Tune's saved trials (a trial the killed driver had
+    asked Optuna for, but not yet saved, stays RUNNING in the study, orphaned)."""
 
-    def __init__(self, cells: list, params: dict, constants: dict):
-        self.cells, self.params, self.constants = cells, params, constants
+    def __init__(self, cells: list[str], params: dict, constants: dict):
+        self.cells, self.params, self.constants, self.count = cells, params, constants, 0
 
     def __call__(self, trial):
         for name, dist in self.params.items():
@@ -40,7 +43,9 @@ class OptunaSpace:
                 trial.suggest_int(name, *low_high)
             else:
                 trial.suggest_float(name, *low_high, log=dist.kind == "loguniform")
-        return {**self.constants, "cell": self.cells[trial.number % len(self.cells)]}
+        cell = self.cells[self.count % len(self.cells)]
+        self.count += 1
+        return {**self.constants, "cell": cell}
 
 
 class ObjectJournal(BaseJournalBackend):
@@ -78,10 +83,11 @@ def load_study(experiment: str, name: str) -> optuna.Study:
     return optuna.load_study(study_name=name, storage=optuna_storage(experiment))
 
 
-def build_search(space: Space, cells: list, constants: dict, search: str, experiment: str,
-                 name: str):
+def build_search(space: Space, cells: list[str], constants: dict, search: str,
+                 experiment: str, name: str):
     """(param_space, search_alg, num_samples) for the Tuner of the sweep `name`, whose Tune
-    experiment is at `experiment`."""
+    experiment is at `experiment`. A trial's config names its cell by label (what Tune's
+    progress table shows); the trainable looks the cell up."""
     if search == "random":
         param_space = {**constants, "cell": tune.grid_search(cells),
                        **{k: tune_sampler(d) for k, d in space.params.items()}}

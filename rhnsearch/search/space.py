@@ -6,6 +6,7 @@ hyperparameters, the scheduler and the resources. Presets (`paper`, `smoke`) are
 over the base; `--set key.sub=value` overrides any field last.
 """
 import copy
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -160,9 +161,10 @@ class Space(Strict):
     def task(self) -> str:
         return DATASETS[self.dataset]
 
-    def cells(self, vocab_size: int = 10000) -> list[dict]:
-        """One dict per (arch, depth, tied): arch, depth, tied, width, params."""
-        cells = []
+    def cells(self, vocab_size: int = 10000) -> dict[str, dict]:
+        """The (arch, depth, tied) cells, by label ("rhn d4 w830", "... WT" when tied): dicts
+        of arch, depth, tied, width, params."""
+        cells = {}
         for arch in self.archs:
             for depth in self.depths:
                 check_arch(arch, depth)
@@ -175,9 +177,10 @@ class Space(Strict):
                                   else self.budget)
                         width = solve_width(budget, self.task, arch, depth,
                                             tied and not self.budget_untied, vocab_size)
-                    cells.append({"arch": arch, "depth": depth, "tied": tied, "width": width,
-                                  "params": count_params(self.task, arch, depth, width, tied,
-                                                         vocab_size)})
+                    label = f"{arch} d{depth} w{width}" + (" WT" if tied else "")
+                    cells[label] = {"arch": arch, "depth": depth, "tied": tied, "width": width,
+                                    "params": count_params(self.task, arch, depth, width, tied,
+                                                           vocab_size)}
         return cells
 
     @property
@@ -193,6 +196,19 @@ def deep_merge(base: dict, over: dict) -> dict:
     return out
 
 
+class Loader(yaml.SafeLoader):
+    """YAML as users write numbers: 1e-3 is a float (YAML 1.1 would read it as a string)."""
+
+
+Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789"))
+
+
+def load_yaml(text: str):
+    return yaml.load(text, Loader=Loader)
+
+
 def parse_override(text: str) -> tuple[list[str], object]:
     """'fixed.epochs=5' -> (['fixed', 'epochs'], 5), the value read as YAML."""
     key, sep, value = text.partition("=")
@@ -200,14 +216,14 @@ def parse_override(text: str) -> tuple[list[str], object]:
         raise UserError(f"cannot read override {text!r}: write key=value, e.g. "
                         "--set samples=4 or --set fixed.epochs=20")
     try:
-        return key.strip().split("."), yaml.safe_load(value)
+        return key.strip().split("."), load_yaml(value)
     except yaml.YAMLError:
         raise UserError(f"cannot read override {text!r}: its value is not valid YAML") from None
 
 
 def read_yaml(path: Path) -> dict:
     try:
-        raw = yaml.safe_load(Path(path).read_text())
+        raw = load_yaml(Path(path).read_text())
     except FileNotFoundError:
         raise UserError(f"search space {path} not found: give a path like "
                         "spaces/jsb_optimization.yaml") from None

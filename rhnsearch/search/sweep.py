@@ -9,6 +9,7 @@ directory, else in results/sweeps/NAME on the driver's machine.
 """
 import errno
 import json
+import logging
 import os
 import tempfile
 import time
@@ -24,6 +25,7 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 from ..data import data_dir as default_data_dir
 from ..data import load_dataset
 from ..errors import UserError
+from ..provenance import provenance_tags
 from ..tracking_store import check_store, resolve_tracking_uri
 from . import storage
 from .checkpoints import repair_checkpoint_names
@@ -33,6 +35,7 @@ from .space import Space, load_space
 from .tracking import MLflowTracker, get_experiment, sender_for
 from .trainable import run_trial
 
+log = logging.getLogger("rhnsearch")
 SWEEPS_DIR = Path("results/sweeps")
 STATE_FILE = "rhnsearch_sweep.json"
 STORAGE_ENV = "RHNSEARCH_STORAGE"
@@ -54,6 +57,12 @@ def sweep_storage(location: str | None, address: str | None) -> str:
 def journal_dir(experiment: str, name: str) -> str:
     """Where the sweep's MLflow journal lives: beside Tune's state if that is a directory."""
     return experiment if not storage.is_uri(experiment) else str((SWEEPS_DIR / name).resolve())
+
+
+def trainable(space: Space, cells: dict):
+    """`run_trial` with the sweep's cells and the resources the space asks for each trial."""
+    return tune.with_resources(tune.with_parameters(run_trial, cells=cells),
+                               {"cpu": space.resources.cpu, "gpu": space.resources.gpu})
 
 
 def build_scheduler(space: Space, name: str):
@@ -122,12 +131,13 @@ def run_sweep(space_path, preset=None, overrides=(), address=None, search=None,
     client = MlflowClient(uri)
     experiment_id = get_experiment(client, uri, experiment or space.study)
     parent = client.create_run(experiment_id, run_name=name, tags={
-        "sweep": name, "study": space.study, "preset": preset or "base", "kind": "sweep"})
+        "sweep": name, "study": space.study, "preset": preset or "base", "kind": "sweep",
+        **provenance_tags()})
     state = {"name": name, "space_path": str(space_path), "preset": preset,
              "overrides": list(overrides), "search": search, "scheduler": scheduler,
              "tracking_uri": uri, "experiment_id": experiment_id,
              "parent_run_id": parent.info.run_id, "data_dir": str(data_root),
-             "storage": root, "trials": len(cells) * space.samples,
+             "storage": root, "trials": len(cells) * space.samples, "cells": cells,
              "space": space.model_dump(mode="json")}
     write_state(experiment_path, state)
     for key, value in [("space", space_path.name), ("preset", preset or "base"),
@@ -140,13 +150,12 @@ def run_sweep(space_path, preset=None, overrides=(), address=None, search=None,
     constants = {"threads": max(1, int(space.resources.cpu)), **space.fixed,
                  "dataset": space.dataset, "data_dir": str(data_root),
                  "preset": preset or "base", "study": space.study}
-    param_space, search_alg, num_samples = build_search(space, cells, constants, search,
+    param_space, search_alg, num_samples = build_search(space, list(cells), constants, search,
                                                         experiment_path, name)
     tracker = MLflowTracker(uri, experiment_id, parent.info.run_id, name,
-                            journal_dir(experiment_path, name))
+                            journal_dir(experiment_path, name), cells)
     tuner = tune.Tuner(
-        tune.with_resources(run_trial, {"cpu": space.resources.cpu,
-                                        "gpu": space.resources.gpu}),
+        trainable(space, cells),
         param_space=param_space,
         tune_config=tune.TuneConfig(metric=METRIC, mode=MODE, search_alg=search_alg,
                                     scheduler=build_scheduler(space, scheduler),
@@ -180,10 +189,8 @@ def resume_sweep(name: str, address: str | None = None, storage_path: str | None
     start_ray(address)
     space = Space.model_validate(state["space"])
     repair_checkpoint_names(experiment_path)
-    tuner = tune.Tuner.restore(
-        experiment_path, tune.with_resources(run_trial, {"cpu": space.resources.cpu,
-                                                         "gpu": space.resources.gpu}),
-        resume_unfinished=True, resume_errored=True)
+    tuner = tune.Tuner.restore(experiment_path, trainable(space, state["cells"]),
+                               resume_unfinished=True, resume_errored=True)
     MlflowClient(state["tracking_uri"]).set_tag(state["parent_run_id"], "resumed",
                                                 datetime.now().isoformat(timespec="seconds"))
     return finish(tuner, state)
@@ -205,6 +212,7 @@ def finish(tuner, state: dict) -> dict:
                         f"{state['name']}` sends them and closes the sweep")
     client = MlflowClient(state["tracking_uri"])
     try:
+        drop_lost_runs(client, state, experiment_path)
         summary = summarize(client, state)
     except MlflowException as exc:
         raise UserError(f"sweep {state['name']}: every trial ended but MLflow at "
@@ -230,11 +238,28 @@ def finish(tuner, state: dict) -> dict:
     return summary
 
 
-def summarize(client: MlflowClient, state: dict) -> dict:
-    """Counts by status and the best trial, read back from the sweep's MLflow runs."""
-    runs = client.search_runs([state["experiment_id"]],
+def drop_lost_runs(client: MlflowClient, state: dict, experiment_path: str):
+    """Delete the runs of trials that a killed driver had started but Tune had not saved yet:
+    the resumed sweep does not know them, and runs their settings again as new trials."""
+    trials = {trial.trial_id for trial in tune.ExperimentAnalysis(experiment_path).trials}
+    lost = [run for run in child_runs(client, state)
+            if run.data.tags.get("trial_id") not in trials]
+    for run in lost:
+        client.delete_run(run.info.run_id)
+    if lost:
+        log.warning("deleted %d MLflow run(s) of trials the killed driver had started before "
+                    "Tune saved them; the resumed sweep ran them again", len(lost))
+
+
+def child_runs(client: MlflowClient, state: dict) -> list:
+    return client.search_runs([state["experiment_id"]],
                               f"tags.mlflow.parentRunId = '{state['parent_run_id']}'",
                               max_results=50000)
+
+
+def summarize(client: MlflowClient, state: dict) -> dict:
+    """Counts by status and the best trial, read back from the sweep's MLflow runs."""
+    runs = child_runs(client, state)
     counts = {s: 0 for s in ("completed", "stopped", "diverged", "failed", "running")}
     train_seconds, best = 0.0, None
     for run in runs:

@@ -22,6 +22,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 from ray.tune import Callback
 
+from ..provenance import provenance_tags
 from ..tracking_store import artifact_root
 from .trainable import trial_config
 
@@ -34,7 +35,8 @@ SKIP_RESULT_KEYS = {"status", "epoch", "done", "training_iteration", "trial_id",
                     "iterations_since_restore", "checkpoint_dir_name", "should_checkpoint",
                     "params"}
 PLACEMENT_KEYS = {"hostname": "host", "node_ip": "node_ip", "node_id": "node_id",
-                  "device": "device", "gpu_ids": "gpu_ids"}  # result key -> run tag
+                  "device": "device", "gpu_ids": "gpu_ids",
+                  "torch_version": "torch.version"}  # result key -> run tag: where it trained
 
 
 def get_experiment(client: MlflowClient, uri: str, name: str) -> str:
@@ -44,12 +46,11 @@ def get_experiment(client: MlflowClient, uri: str, name: str) -> str:
     return client.create_experiment(name, artifact_location=artifact_root(uri, name))
 
 
-def flat_params(config: dict) -> dict:
-    """A trial's Tune config as plain MLflow params (the cell flattened in)."""
+def flat_params(config: dict, cells: dict) -> dict:
+    """A trial's Tune config as plain MLflow params (its cell's fields flattened in)."""
     params = {k: v for k, v in config.items() if k not in ("cell", "data_dir")}
-    params.update(config.get("cell", {}))
-    if "params" in params:
-        params["n_params"] = params.pop("params")
+    params.update(cells[config["cell"]])
+    params["n_params"] = params.pop("params")
     return params
 
 
@@ -211,7 +212,7 @@ class Sender:
                 self._know(found[0])
             else:
                 run = self._mlflow().create_run(self.experiment_id, run_name=name, tags={
-                    "mlflow.parentRunId": self.parent, "kind": "trial",
+                    **provenance_tags(), "mlflow.parentRunId": self.parent, "kind": "trial",
                     "trial_id": trial_id, "sweep": self.sweep, "status": "running"})
                 self.runs[trial_id] = run.info.run_id
         return self.runs[trial_id]
@@ -258,9 +259,10 @@ class MLflowTracker(Callback):
     sender is found again, or started, by `setup`)."""
 
     def __init__(self, tracking_uri: str, experiment_id: str, parent_run_id: str,
-                 sweep: str, journal_dir: str):
+                 sweep: str, journal_dir: str, cells: dict):
         self.tracking_uri, self.experiment_id = tracking_uri, experiment_id
         self.parent_run_id, self.sweep, self.journal_dir = parent_run_id, sweep, journal_dir
+        self.cells = cells
         self._reset()
 
     def _reset(self):
@@ -292,13 +294,11 @@ class MLflowTracker(Callback):
             return
         self.started.add(trial.trial_id)
         config = trial.config
-        cell = config.get("cell", {})
-        cfg = trial_config(config)
+        cfg = trial_config(config, self.cells)
         params = {**{k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
-                  **flat_params(config)}
-        self._record(trial.trial_id, name=f"{cell.get('arch')}-d{cell.get('depth')}-"
-                     f"{trial.trial_id}", params=[Param(k, str(v)[:6000]) for k, v in
-                                                 sorted(params.items())])
+                  **flat_params(config, self.cells)}
+        self._record(trial.trial_id, name=f"{cfg.arch}-d{cfg.depth}-{trial.trial_id}",
+                     params=[Param(k, str(v)[:6000]) for k, v in sorted(params.items())])
 
     def on_trial_start(self, iteration, trials, trial, **info):
         self.start_run(trial)

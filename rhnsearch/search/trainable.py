@@ -15,10 +15,9 @@ ALLOW_CPU_FALLBACK = "RHNSEARCH_ALLOW_CPU_FALLBACK"  # =1: a GPU trial may train
 _DATA = {}  # dataset cache per worker process: (name, data dir) -> data
 
 
-def trial_config(config: dict) -> TrialConfig:
-    """The TrialConfig of a trial's Tune config (its cell is flattened in)."""
-    flat = {**config, **config.get("cell", {})}
-    return TrialConfig.from_dict(flat)
+def trial_config(config: dict, cells: dict) -> TrialConfig:
+    """The TrialConfig of a trial's Tune config, its cell (a label) looked up in `cells`."""
+    return TrialConfig.from_dict({**config, **cells[config["cell"]]})
 
 
 def assigned_gpus() -> list:
@@ -34,8 +33,9 @@ def assigned_gpus() -> list:
     return gpus
 
 
-def run_trial(config: dict):
+def run_trial(config: dict, cells: dict):
     """Train the trial's configuration, `tune.report` per epoch; resumes from Tune's checkpoint.
+    (`cells`: label -> cell, passed by `tune.with_parameters`.)
 
     The last report of a trial that ends by itself carries status completed or diverged and
     its test numbers; a trial stopped by the scheduler ends on a report with status running.
@@ -43,7 +43,7 @@ def run_trial(config: dict):
     """
     logging.getLogger("ray.train").setLevel(logging.WARNING)  # no line per checkpoint
     gpus = assigned_gpus()
-    cfg = trial_config(config)
+    cfg = trial_config(config, cells)
     key = (cfg.dataset, config["data_dir"])
     if key not in _DATA:
         _DATA[key] = load_dataset(cfg.dataset, config["data_dir"])
@@ -53,7 +53,8 @@ def run_trial(config: dict):
         with checkpoint.as_directory() as directory:
             trainer.load(directory)
     placement = {"device": str(trainer.device), "gpu_ids": ",".join(map(str, gpus)) or "none",
-                 "node_id": ray.get_runtime_context().get_node_id()}
+                 "node_id": ray.get_runtime_context().get_node_id(),
+                 "torch_version": str(torch.__version__)}
     while trainer.epoch < cfg.epochs and trainer.status == "running":
         metrics = trainer.run_epoch()
         if trainer.status != "running" or trainer.epoch >= cfg.epochs:
@@ -62,7 +63,7 @@ def run_trial(config: dict):
                            best_epoch=final["best_epoch"])
             if "test_ppl" in final:
                 metrics["test_ppl"] = final["test_ppl"]
-        metrics.update(placement, params=trainer.params)
         with tempfile.TemporaryDirectory() as directory:
             trainer.save(directory)
-            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(directory))
+            tune.report({**metrics, **placement, "params": trainer.params},
+                        checkpoint=tune.Checkpoint.from_directory(directory))

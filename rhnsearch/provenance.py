@@ -1,0 +1,51 @@
+"""What produced a run: rhnsearch's version and git commit (MLflow's standard source tags, with
+a dirty flag), and the versions of the libraries that trained and scheduled it. Every run of a
+sweep carries these tags; where each trial trained (node, device, GPUs) is tagged per trial.
+
+A sweep submitted as a Ray Job runs from a copy of the project without its .git: the
+submitting machine's commit comes along in the job's environment (RHNSEARCH_GIT_COMMIT,
+RHNSEARCH_GIT_DIRTY).
+"""
+import functools
+import os
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+from . import __version__
+
+LIBRARIES = ("torch", "ray", "mlflow", "optuna")
+COMMIT_ENV, DIRTY_ENV = "RHNSEARCH_GIT_COMMIT", "RHNSEARCH_GIT_DIRTY"
+SOURCE = Path(__file__).resolve().parent.parent  # the checkout, if rhnsearch runs from one
+
+
+def _git(*args: str) -> str | None:
+    if not (SOURCE / ".git").exists():
+        return None
+    try:
+        return subprocess.run(["git", "-C", str(SOURCE), *args], capture_output=True,
+                              text=True, timeout=20, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def git_commit() -> tuple[str | None, bool | None]:
+    """(commit, whether the checkout has uncommitted changes) of the code that runs."""
+    if os.environ.get(COMMIT_ENV):
+        return os.environ[COMMIT_ENV], os.environ.get(DIRTY_ENV) == "true"
+    commit = _git("rev-parse", "HEAD")
+    if commit is None:
+        return None, None
+    return commit, bool(_git("status", "--porcelain", "--untracked-files=no"))
+
+
+@functools.cache
+def provenance_tags() -> dict[str, str]:
+    """MLflow tags naming the code and libraries of this process."""
+    tags = {"mlflow.source.name": "rhnsearch", "mlflow.source.type": "LOCAL",
+            "rhnsearch.version": __version__,
+            **{f"{lib}.version": metadata.version(lib) for lib in LIBRARIES}}
+    commit, dirty = git_commit()
+    if commit:
+        tags.update({"mlflow.source.git.commit": commit, "rhnsearch.git_dirty": str(dirty)})
+    return tags
