@@ -11,6 +11,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
 from matplotlib.transforms import blended_transform_factory
 
 from ..errors import UserError
@@ -24,6 +25,7 @@ DEFAULT_EXPERIMENT = {"swarm": "jsb_optimization", "depth": "ptb_budget", "hsg":
 STUDY_PLOTS = {"jsb_optimization": ("swarm", "curves"), "ptb_budget": ("depth", "curves"),
                "ptb_hsg": ("hsg", "curves")}
 DODGE_WIDTH = 0.8  # seaborn's default width of a dodged category
+CLIP_MARGIN = 0.5  # loss axes stop at best + CLIP_MARGIN x |best| (see loss_axis_top)
 
 
 def _title(sweep: pd.Series, trials: pd.DataFrame, what: str) -> str:
@@ -36,9 +38,22 @@ def _unit(trials: pd.DataFrame) -> str:
         "nats per word"
 
 
+def loss_axis_top(losses: pd.Series) -> float:
+    """Top of a loss axis that keeps the informative band readable: the largest loss, unless
+    some lie further than CLIP_MARGIN x |best| above the best (and above the lower quartile):
+    the axis then stops there and those settings are drawn at its edge."""
+    if losses.empty:
+        return 1.0
+    best = losses.min()
+    clip = max(best + CLIP_MARGIN * abs(best), losses.quantile(0.25))
+    return float(min(losses.max(), clip))
+
+
 def swarm(sweep: pd.Series, trials: pd.DataFrame, metric: str = "train_loss") -> Figure:
     """RHN paper Figure 4: one point per random setting, x = recurrence depth, one swarm per
-    architecture; diverged settings drawn as crosses above a dashed line, and counted."""
+    architecture. Completed settings are filled dots, those stopped early by ASHA rings; the
+    axis stops at `loss_axis_top`, settings above it are triangles at its top edge, and
+    diverged settings crosses in a row above a dashed line; each kind is counted."""
     loss = trials[f"metrics.{metric}"]
     ok = finished(trials, metric)
     diverged = trials["status"].eq("diverged")
@@ -46,45 +61,68 @@ def swarm(sweep: pd.Series, trials: pd.DataFrame, metric: str = "train_loss") ->
     archs = sorted(trials["params.arch"].unique(), key=arch_order)
     labels = [arch_label(a) for a in archs]
     colors = dict(zip(archs, sns.color_palette("colorblind", len(archs))))
-    fig = Figure(figsize=(8, 5.2), layout="constrained")
+    fig = Figure(figsize=(9.5, 5.2), layout="constrained")
     ax = fig.add_subplot()
+    finite = loss[ok]
+    clip = loss_axis_top(finite)
+    low, high = (finite.min(), finite[finite <= clip].max()) if len(finite) else (0.0, 1.0)
+    span = high - low if high > low else max(abs(high) * 0.1, 1e-6)
+    edge, line, top = high + 0.1 * span, high + 0.16 * span, high + 0.22 * span
     points = trials[ok].assign(arch=trials["params.arch"].map(arch_label),
                                loss=loss, depth=trials["params.depth"].astype(int))
-    if not points.empty:
+    shown, above = points[points["loss"] <= clip], points[points["loss"] > clip]
+    if not shown.empty:
         with warnings.catch_warnings():  # dense swarms: some points overlap, that is fine
             warnings.simplefilter("ignore", UserWarning)
-            sns.swarmplot(data=points, x="depth", y="loss", hue="arch", order=depths,
+            sns.swarmplot(data=shown, x="depth", y="loss", hue="arch", order=depths,
                           hue_order=labels, dodge=True, size=5, ax=ax, legend=False,
                           palette=[colors[a] for a in archs])
-        hollow_stopped(ax, points.loc[points["status"] == "stopped", "loss"])
-    finite = loss[ok]
-    low, high = (finite.min(), finite.max()) if len(finite) else (0.0, 1.0)
-    top = high + 0.12 * max(high - low, 1e-6 + abs(high) * 0.1)
+        hollow_stopped(ax, shown.loc[shown["status"] == "stopped", "loss"])
+        for collection in ax.collections:
+            collection.set_gid("shown")
     band = DODGE_WIDTH / len(archs)
-    for (arch, depth), group in trials[diverged].groupby(["params.arch", "params.depth"]):
-        center = depths.index(depth) - DODGE_WIDTH / 2 + band * (archs.index(arch) + 0.5)
-        xs = center + np.linspace(-band / 3, band / 3, len(group) + 2)[1:-1]
-        ax.scatter(xs, [top] * len(group), marker="X", s=70, color=colors[arch],
-                   edgecolor="black", linewidth=0.6, zorder=3)
-    ax.axhline((high + top) / 2, color="grey", linestyle="--", linewidth=0.8)
-    ax.text(0.01, (high + top) / 2, "diverged ↑", va="bottom", fontsize=8, color="dimgrey",
-            transform=blended_transform_factory(ax.transAxes, ax.transData))
+
+    def row(group: pd.DataFrame, y: float, gid: str, **style):
+        """One marker per setting of GROUP in a row at height Y, in its (depth, arch) slot."""
+        for (arch, depth), cell in group.groupby(["params.arch", "params.depth"]):
+            center = depths.index(depth) - DODGE_WIDTH / 2 + band * (archs.index(arch) + 0.5)
+            xs = center + np.linspace(-band / 3, band / 3, len(cell) + 2)[1:-1]
+            faces = [(1, 1, 1, 1) if s == "stopped" else colors[arch] for s in cell["status"]]
+            ax.scatter(xs, [y] * len(cell), color=faces, gid=gid, zorder=3, **style,
+                       edgecolors="black" if gid == "diverged" else [colors[arch]])
+
+    row(above, edge, "above", marker="^", s=45, linewidths=1.2)
+    row(trials[diverged], top, "diverged", marker="X", s=70, linewidth=0.6)
+    if len(above):
+        ax.axhline((high + edge) / 2, color="grey", linestyle=":", linewidth=0.8)
+    ax.axhline(line, color="grey", linestyle="--", linewidth=0.8)
     ax.set_xticks(range(len(depths)), depths)
     ax.set_xlim(-0.5, len(depths) - 0.5)
-    ax.set_ylim(low - 0.05 * (top - low), top + 0.08 * (top - low))
+    ax.set_ylim(low - 0.05 * span, top + 0.06 * span)
+    ticks = [t for t in MaxNLocator(6).tick_values(low, high) if low - 0.05 * span <= t <= high
+             + 0.04 * span]
+    ax.set_yticks([*ticks, *([edge] if len(above) else []), top],
+                  [f"{t:.4g}" for t in ticks] + ([f"> {clip:.4g}"] if len(above) else [])
+                  + ["diverged"])
     ax.set_xlabel("recurrence depth")
     ax.set_ylabel(f"{metric} reached ({_unit(trials)})")
     handles = [Line2D([], [], marker="o", linestyle="", color=colors[a],
                       label=f"{arch_label(a)}: {int(diverged[trials['params.arch'] == a].sum())}"
                       f" of {int((trials['params.arch'] == a).sum())} diverged")
                for a in archs]
-    handles += [Line2D([], [], marker="o", linestyle="", color="white", markeredgecolor="black",
-                       label="hollow: stopped early by ASHA"),
+    counts = trials["status"].value_counts()
+    handles += [Line2D([], [], marker="o", linestyle="", color="black",
+                       label=f"filled: completed ({counts.get('completed', 0)})"),
+                Line2D([], [], marker="o", linestyle="", color="white", markeredgecolor="black",
+                       label=f"hollow: stopped early by ASHA ({counts.get('stopped', 0)})"),
+                Line2D([], [], marker="^", linestyle="", color="white", markeredgecolor="black",
+                       label=f"above {clip:.4g} (at the top edge): {len(above)} of "
+                       f"{len(points)}" + (f", up to {above['loss'].max():.4g}"
+                                          if len(above) else "")),
                 Line2D([], [], marker="X", linestyle="", color="white", markeredgecolor="black",
                        label=f"diverged (at top): {int(diverged.sum())} of {len(trials)}")]
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.06, 1), fontsize=8,
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8,
               frameon=False)
-    counts = trials["status"].value_counts()
     notes = ", ".join(f"{n} {'stopped early' if s == 'stopped' else s}"
                       for s, n in counts.items() if s != "diverged")
     ax.set_title(_title(sweep, trials, f"Loss each random setting reached ({notes})"),
