@@ -9,6 +9,7 @@ import matplotlib
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
@@ -210,6 +211,114 @@ def curves(sweep: pd.Series, trials: pd.DataFrame, exp: store.Experiment, top: i
     ax.grid(alpha=0.3)
     ax.set_title(_title(sweep, trials, f"Learning curves of the top {len(best)} trials"),
                  fontsize=10)
+    return fig
+
+
+def _axis(values: pd.Series) -> tuple[pd.Series, list, list]:
+    """A parallel-coordinates axis: each value's position in [0, 1] (categories evenly
+    spaced; numbers linear, or log when `store.log_scaled`), and its ticks and their labels."""
+    present = values.dropna()
+    if pd.api.types.is_bool_dtype(values) or not pd.api.types.is_numeric_dtype(values):
+        kinds = sorted(present.unique(), key=str)
+        ticks = list(np.linspace(0, 1, len(kinds))) if len(kinds) > 1 else [0.5]
+        return values.map(dict(zip(kinds, ticks))).astype("float64"), ticks, \
+            [str(k) for k in kinds]
+    scale = np.log10 if store.log_scaled(values) else (lambda v: v)
+    numbers = values.astype("float64")
+    low, high = scale(present.min()), scale(present.max())
+    width = high - low if high > low else 1.0
+    if pd.api.types.is_integer_dtype(values) and present.nunique() <= 10:
+        marks = sorted(present.unique())
+    else:
+        marks = [10 ** v if scale is np.log10 else v for v in np.linspace(low, high, 5)]
+    return (scale(numbers) - low) / width, [(scale(m) - low) / width for m in marks], \
+        [f"{m:.3g}" for m in marks]
+
+
+def parallel(sweep: pd.Series, trials: pd.DataFrame,
+             metric: str = "best_valid_loss") -> Figure:
+    """Parallel coordinates: one line per trial across the hyperparameters that vary in the
+    sweep (`store.hyperparameters`) and METRIC. Finished trials are coloured by METRIC (best
+    drawn last); METRIC's axis stops at `loss_axis_top` (lines above it end at a '>' mark);
+    diverged trials are dashed grey lines ending at a 'diverged' mark above it."""
+    names = store.hyperparameters(trials)
+    ok, diverged = finished(trials, metric), trials["status"].eq("diverged")
+    loss = trials[f"metrics.{metric}"]
+    low, clip = (loss[ok].min(), loss_axis_top(loss[ok])) if ok.any() else (0.0, 1.0)
+    axes = [_axis(trials[n]) for n in names]
+    shown = loss.clip(upper=clip)
+    y_loss = ((shown - low) / (clip - low if clip > low else 1.0)).where(ok)
+    above = ok & (loss > clip)
+    y_loss = y_loss.mask(above, 1.08).mask(diverged, 1.16)
+    ys = np.column_stack([a[0].to_numpy(float) for a in axes] + [y_loss.to_numpy(float)])
+    fig = Figure(figsize=(max(8.0, 1.25 * (len(names) + 1) + 2), 5.2), layout="constrained")
+    ax = fig.add_subplot()
+    xs = np.arange(len(names) + 1)
+    cmap, norm = matplotlib.colormaps["viridis"], matplotlib.colors.Normalize(low, clip)
+    order = loss[ok].sort_values(ascending=False).index  # best last, on top
+    lines = LineCollection([np.column_stack([xs, ys[trials.index.get_loc(i)]]) for i in order],
+                           colors=cmap(norm(shown[order].to_numpy())), linewidths=1.4,
+                           alpha=0.85, gid="finished", zorder=2)
+    ax.add_collection(lines)
+    ax.add_collection(LineCollection(
+        [np.column_stack([xs, ys[trials.index.get_loc(i)]]) for i in trials.index[diverged]],
+        colors="grey", linestyles="--", linewidths=1.0, gid="diverged", zorder=1))
+    loss_ticks = MaxNLocator(5).tick_values(low, clip)
+    loss_ticks = [t for t in loss_ticks if low <= t <= low + 0.93 * (clip - low)] or [low]
+    ticks = [(a[1], a[2]) for a in axes] + [(
+        [(t - low) / (clip - low if clip > low else 1.0) for t in loss_ticks]
+        + ([1.08] if above.any() else []) + ([1.16] if diverged.any() else []),
+        [f"{t:.4g}" for t in loss_ticks] + ([f"> {clip:.4g}"] if above.any() else [])
+        + (["diverged"] if diverged.any() else []))]
+    for x, (positions, labels) in zip(xs, ticks):
+        ax.axvline(x, color="black", linewidth=0.8, zorder=0)
+        for y, label in zip(positions, labels):
+            ax.text(x - 0.04, y, label, ha="right", va="center", fontsize=7,
+                    bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.7, "pad": 0.5})
+    ax.set_xticks(xs, [n.removeprefix("params.") + (" (log)" if store.log_scaled(trials[n])
+                                                   else "") for n in names] + [metric])
+    ax.set_xlim(-0.6, len(names) + 0.3)
+    ax.set_ylim(-0.05, 1.22)
+    ax.set_yticks([])
+    for side in ("left", "right", "top"):
+        ax.spines[side].set_visible(False)
+    fig.colorbar(matplotlib.cm.ScalarMappable(norm, cmap), ax=ax, label=f"{metric}"
+                 + (f" (clipped at {clip:.4g})" if above.any() else ""), shrink=0.8)
+    counts = trials["status"].value_counts()
+    notes = ", ".join(f"{n} {'stopped early' if s == 'stopped' else s}"
+                      for s, n in counts.items())
+    failed = "; failed trials not drawn" if counts.get("failed", 0) else ""
+    ax.set_title(_title(sweep, trials, f"Settings of each trial and the {metric} reached\n"
+                        f"({notes}{failed})"), fontsize=10)
+    return fig
+
+
+def importance_bars(frame: pd.DataFrame) -> Figure:
+    """One panel per architecture: each hyperparameter's importance, one bar per evaluator
+    (the frame of `importance.importances`)."""
+    archs = list(dict.fromkeys(frame["arch"]))
+    evaluators = list(dict.fromkeys(frame["evaluator"]))
+    names = max((list(dict.fromkeys(frame.loc[frame["arch"] == a, "hyperparameter"]))
+                 for a in archs), key=len)
+    fig = Figure(figsize=(max(4.0 * len(archs), 6.0), 2.2 + 0.25 * len(names) *
+                          len(evaluators)), layout="constrained")
+    axes = fig.subplots(1, len(archs), sharex=True, squeeze=False)[0]
+    colors = sns.color_palette("colorblind", len(evaluators))
+    height = 0.8 / len(evaluators)
+    for ax, arch in zip(axes, archs):
+        mine = frame[frame["arch"] == arch]
+        for k, (evaluator, color) in enumerate(zip(evaluators, colors)):
+            values = mine[mine["evaluator"] == evaluator].set_index("hyperparameter")
+            values = values["importance"].reindex(names)
+            ax.barh(np.arange(len(names)) + (k - (len(evaluators) - 1) / 2) * height,
+                    values.fillna(0), height=height, color=color, label=evaluator)
+        ax.set_yticks(range(len(names)), names)
+        ax.invert_yaxis()
+        ax.set_xlim(0, 1)
+        ax.grid(axis="x", alpha=0.3)
+        ax.set_title(f"{arch_label(arch)} ({mine['trials'].iloc[0]} trials)", fontsize=10)
+        ax.set_xlabel("importance (sums to 1)")
+    axes[-1].legend(fontsize=8, loc="lower right")
     return fig
 
 
