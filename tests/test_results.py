@@ -359,7 +359,7 @@ def test_every_results_command_has_help(capsys):
 
     for args in (["results"], ["results", "export"], ["results", "plot"],
                  *(["results", "plot", k] for k in ("swarm", "depth", "hsg", "curves")),
-                 ["results", "table"]):
+                 ["results", "table"], ["results", "report"]):
         with pytest.raises(SystemExit) as exit_:
             main([*args, "--help"])
         assert exit_.value.code == 0
