@@ -317,6 +317,25 @@ def test_report_errors_are_one_line_and_nothing_is_overwritten(jsb_smoke, tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.html"]
 
 
+def test_finished_sweeps_log_their_report_on_the_parent_run(jsb_smoke, ptb_budget_smoke,
+                                                            ptb_hsg_smoke, tmp_path):
+    for sweep in (jsb_smoke, ptb_budget_smoke, ptb_hsg_smoke):
+        client = sweep.client()
+        experiment = client.get_experiment_by_name(sweep.experiment)
+        (parent,) = client.search_runs([experiment.experiment_id], "tags.kind = 'sweep'")
+        assert [a.path for a in client.list_artifacts(parent.info.run_id, "report")] == [
+            "report/report.html"]
+        path = client.download_artifacts(parent.info.run_id, "report/report.html",
+                                         str(tmp_path))
+        text = open(path, encoding="utf-8").read()
+        page = Page(text)
+        assert [i for i in page.ids if i in SECTIONS] == SECTIONS
+        assert {r["field"]: r["value"] for r in page.table_rows("header-facts")}["sweep"] \
+            == sweep.name
+        assert all(page.images.get(s) for s in ("figure", "curves", "parallel", "importance"))
+        assert "could not log the sweep's report" not in sweep.stderr
+
+
 PROBE = """<script>addEventListener("load", () => {
   for (const e of document.querySelectorAll("header[id], section[id]")) {
     const r = e.getBoundingClientRect();
