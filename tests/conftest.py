@@ -122,6 +122,20 @@ def ptb_hsg_smoke(sweeps_dir, data_dir) -> SmokeSweep:
     return SmokeSweep(sweeps_dir, "ptb_hsg", "smoke-ptb-hsg", data_dir)
 
 
+@pytest.fixture(scope="session")
+def jsb_diverging(sweeps_dir, data_dir) -> SmokeSweep:
+    """A small JSB sweep with learning rates up to 200 and loose clipping: settings diverge,
+    which the swarm plot and the report must show (its own experiment, in the session's
+    store)."""
+    sweep = SmokeSweep(sweeps_dir, "jsb_optimization", "smoke-jsb-diverging", data_dir,
+                       "--experiment", "jsb_diverging", "--set", "archs=[rhn, dtrnn]",
+                       "--set", "depths=[1, 6]", "--set", "params.lr={loguniform: [0.05, 200]}",
+                       "--set", "params.clip={loguniform: [1000, 10000]}", "--set", "samples=3",
+                       "--set", "fixed.epochs=3")
+    sweep.experiment = "jsb_diverging"
+    return sweep
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

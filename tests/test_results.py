@@ -15,19 +15,6 @@ from conftest import SmokeSweep, rhnsearch_cli
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.fixture(scope="module")
-def jsb_diverging(sweeps_dir, data_dir) -> SmokeSweep:
-    """A small JSB sweep with learning rates up to 200 and loose clipping: settings diverge,
-    which the swarm plot must show (its own experiment, in the session's store)."""
-    sweep = SmokeSweep(sweeps_dir, "jsb_optimization", "smoke-jsb-diverging", data_dir,
-                       "--experiment", "jsb_diverging", "--set", "archs=[rhn, dtrnn]",
-                       "--set", "depths=[1, 6]", "--set", "params.lr={loguniform: [0.05, 200]}",
-                       "--set", "params.clip={loguniform: [1000, 10000]}", "--set", "samples=3",
-                       "--set", "fixed.epochs=3")
-    sweep.experiment = "jsb_diverging"
-    return sweep
-
-
 def results(sweep: SmokeSweep, *args, check=True):
     """`rhnsearch results ARGS` in a fresh process, on the sweep's store."""
     return rhnsearch_cli("results", *args, "--tracking-uri", sweep.tracking_uri,
@@ -143,33 +130,64 @@ def test_export_errors_are_one_line_and_nothing_is_overwritten(jsb_smoke, tmp_pa
 
 
 # -- plots ----------------------------------------------------------------------------------
-def test_swarm_draws_every_setting_and_diverged_ones_at_the_top(jsb_smoke, jsb_diverging,
-                                                                tmp_path):
+def test_swarm_draws_every_setting_on_a_readable_axis(jsb_smoke, jsb_diverging, tmp_path):
+    """Each setting is one marker: completed filled, stopped early hollow, at its loss when
+    within the axis; above it, a triangle at the top edge; diverged, a cross in the row above.
+    The axis stops near the best losses, so their band fills it."""
     from rhnsearch.results import plots, store
 
+    clipped = []
     for sweep in (jsb_smoke, jsb_diverging):
         experiment, runs = sweep.experiment, sweep.child_runs()
         diverged = sum(r.data.tags["status"] == "diverged" for r in runs)
-        drawn = [r for r in runs if r.data.tags["status"] in ("completed", "stopped")]
+        drawn = {r.data.metrics["train_loss"]: r.data.tags["status"] for r in runs
+                 if r.data.tags["status"] in ("completed", "stopped")}
         for suffix in (".png", ".svg"):
             results(sweep, "plot", "swarm", "--experiment", experiment, "--out",
                     tmp_path / f"{experiment}{suffix}")
         assert (tmp_path / f"{experiment}.png").read_bytes()[:8] == PNG_MAGIC
-        texts = svg_texts(tmp_path / f"{experiment}.svg")
-        assert f"diverged (at top): {diverged} of {len(runs)}" in texts
-        assert "JSB Chorales" in " ".join(texts) and "RHN" in " ".join(texts)
 
         chosen, trials = store.sweep_trials(store.open_experiment(experiment,
                                                                   sweep.tracking_uri))
         ax = plots.swarm(chosen, trials).axes[0]
-        points = np.concatenate([c.get_offsets() for c in ax.collections
-                                 if c.get_offsets().size and c.get_paths()])
-        crosses = [c for c in ax.collections if len(c.get_offsets()) and
-                   c.get_offsets()[:, 1].min() > max(r.data.metrics["train_loss"]
-                                                     for r in drawn)]
-        assert len(points) == len(drawn) + diverged
-        assert sum(len(c.get_offsets()) for c in crosses) == diverged
+        kinds = {gid: [c for c in ax.collections if c.get_gid() == gid]
+                 for gid in ("shown", "above", "diverged")}
+        assert sum(map(len, kinds.values())) == len(ax.collections)
+        xy = {gid: np.concatenate([c.get_offsets() for c in cs]) if cs else np.empty((0, 2))
+              for gid, cs in kinds.items()}
+        best, clip = min(drawn), plots.loss_axis_top(pd.Series(list(drawn)))
+        assert clip >= best * (1 + plots.CLIP_MARGIN) or clip == max(drawn)
+        inside = sorted(loss for loss in drawn if loss <= clip)
+        assert sorted(xy["shown"][:, 1]) == pytest.approx(inside)
+        assert len(xy["above"]) == len(drawn) - len(inside)
+        assert len(xy["diverged"]) == diverged
+        for collection in kinds["shown"]:  # hollow if and only if stopped early
+            for face, (_, loss) in zip(collection.get_facecolors(), collection.get_offsets()):
+                assert (tuple(face) == (1, 1, 1, 1)) == (drawn[loss] == "stopped")
+        assert sum(tuple(f) == (1, 1, 1, 1) for c in kinds["above"]
+                   for f in c.get_facecolors()) == sum(
+                       drawn[loss] == "stopped" for loss in drawn if loss > clip)
+        low, high = ax.get_ylim()
+        band_top = xy["shown"][:, 1].max()
+        rows = [xy[gid][:, 1] for gid in ("above", "diverged") if len(xy[gid])]
+        assert all(len(set(r)) == 1 for r in rows)  # one row each, above the band, in order
+        assert [r[0] for r in rows] == sorted(r[0] for r in rows)
+        assert all(band_top < r[0] < high for r in rows)
+        assert (band_top - xy["shown"][:, 1].min()) / (high - low) > 0.6  # the band is readable
+        if len(xy["above"]):
+            clipped.append(experiment)
+            assert high < max(drawn)
+
+        texts = svg_texts(tmp_path / f"{experiment}.svg")
+        count = {s: sum(v == s for v in drawn.values()) for s in ("completed", "stopped")}
+        assert f"filled: completed ({count['completed']})" in texts
+        assert f"hollow: stopped early by ASHA ({count['stopped']})" in texts
+        assert f"diverged (at top): {diverged} of {len(runs)}" in texts
+        assert any(t.startswith(f"above {clip:.4g} (at the top edge): "
+                                f"{len(drawn) - len(inside)} of {len(drawn)}") for t in texts)
+        assert "JSB Chorales" in " ".join(texts) and "RHN" in " ".join(texts)
     assert diverged > 0  # the diverging sweep has the finding to show
+    assert clipped  # and some sweep has settings far above the best to clip
 
 
 def test_depth_plot_overlays_the_published_curve_and_names_ptb_sample(ptb_budget_smoke,
@@ -341,7 +359,7 @@ def test_every_results_command_has_help(capsys):
 
     for args in (["results"], ["results", "export"], ["results", "plot"],
                  *(["results", "plot", k] for k in ("swarm", "depth", "hsg", "curves")),
-                 ["results", "table"]):
+                 ["results", "table"], ["results", "report"]):
         with pytest.raises(SystemExit) as exit_:
             main([*args, "--help"])
         assert exit_.value.code == 0

@@ -66,6 +66,18 @@ def add_results(sub):
                        help="jsb_optimization: the loss to summarize (default train_loss)")
     table.set_defaults(run=cmd_table)
 
+    report = rsub.add_parser(
+        "report", help="one self-contained HTML page of a sweep",
+        description="One HTML page (figures embedded, no network) of a sweep: the study's "
+        "figure, its measured-vs-published table, top-k learning curves, parallel coordinates "
+        "of the settings, each hyperparameter's importance per architecture (Optuna's fANOVA "
+        "and PED-ANOVA on the stored trials) and the runs' provenance.")
+    _store_options(report, "MLflow experiment, e.g. jsb_optimization", required=True)
+    report.add_argument("--out", required=True, help="FILE.html")
+    report.add_argument("--top", type=int, default=5,
+                        help="learning curves of this many trials, best first (default 5)")
+    report.set_defaults(run=cmd_report)
+
 
 def cmd_export(args):
     from .export import export
@@ -86,3 +98,10 @@ def cmd_table(args):
     text = table(args.study, args.experiment, args.tracking_uri, args.sweep, args.out,
                  args.force, args.metric)
     print(text, file=sys.stderr if args.out else sys.stdout, end="" if not args.out else "\n")
+
+
+def cmd_report(args):
+    from .report import report
+    path = report(args.experiment, args.out, args.tracking_uri, args.sweep, args.top,
+                  args.force)
+    print(f"wrote {path}", file=sys.stderr)

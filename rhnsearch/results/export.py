@@ -5,6 +5,7 @@ import math
 import os
 import uuid
 from contextlib import contextmanager
+from html import escape
 from pathlib import Path
 
 import pandas as pd
@@ -79,6 +80,21 @@ def markdown(frame: pd.DataFrame, caption: str | None = None) -> str:
     lines += [row(frame.columns), row("---:" if n else "---" for n in _numeric(frame))]
     lines += [row(cell(v) for v in values) for values in frame.itertuples(index=False)]
     return "\n".join(lines) + "\n"
+
+
+def html_table(frame: pd.DataFrame, caption: str | None = None, table_id: str | None = None) \
+        -> str:
+    """An HTML table (numbers right-aligned), every cell escaped, with an optional caption."""
+    numeric = _numeric(frame)
+
+    def row(tag, values):
+        return "<tr>" + "".join(f'<{tag}{" class=num" if n else ""}>{escape(str(v))}</{tag}>'
+                                for v, n in zip(values, numeric)) + "</tr>"
+    lines = [f'<table id="{escape(table_id)}">' if table_id else "<table>"]
+    lines += [f"<caption>{escape(caption)}</caption>"] if caption else []
+    lines += ["<thead>" + row("th", frame.columns) + "</thead>", "<tbody>"]
+    lines += [row("td", (cell(v) for v in values)) for values in frame.itertuples(index=False)]
+    return "\n".join(lines + ["</tbody></table>"]) + "\n"
 
 
 def tex(text) -> str:

@@ -9,8 +9,10 @@ import matplotlib
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
 from matplotlib.transforms import blended_transform_factory
 
 from ..errors import UserError
@@ -24,6 +26,7 @@ DEFAULT_EXPERIMENT = {"swarm": "jsb_optimization", "depth": "ptb_budget", "hsg":
 STUDY_PLOTS = {"jsb_optimization": ("swarm", "curves"), "ptb_budget": ("depth", "curves"),
                "ptb_hsg": ("hsg", "curves")}
 DODGE_WIDTH = 0.8  # seaborn's default width of a dodged category
+CLIP_MARGIN = 0.5  # loss axes stop at best + CLIP_MARGIN x |best| (see loss_axis_top)
 
 
 def _title(sweep: pd.Series, trials: pd.DataFrame, what: str) -> str:
@@ -36,9 +39,22 @@ def _unit(trials: pd.DataFrame) -> str:
         "nats per word"
 
 
+def loss_axis_top(losses: pd.Series) -> float:
+    """Top of a loss axis that keeps the informative band readable: the largest loss, unless
+    some lie further than CLIP_MARGIN x |best| above the best (and above the lower quartile):
+    the axis then stops there and those settings are drawn at its edge."""
+    if losses.empty:
+        return 1.0
+    best = losses.min()
+    clip = max(best + CLIP_MARGIN * abs(best), losses.quantile(0.25))
+    return float(min(losses.max(), clip))
+
+
 def swarm(sweep: pd.Series, trials: pd.DataFrame, metric: str = "train_loss") -> Figure:
     """RHN paper Figure 4: one point per random setting, x = recurrence depth, one swarm per
-    architecture; diverged settings drawn as crosses above a dashed line, and counted."""
+    architecture. Completed settings are filled dots, those stopped early by ASHA rings; the
+    axis stops at `loss_axis_top`, settings above it are triangles at its top edge, and
+    diverged settings crosses in a row above a dashed line; each kind is counted."""
     loss = trials[f"metrics.{metric}"]
     ok = finished(trials, metric)
     diverged = trials["status"].eq("diverged")
@@ -46,45 +62,68 @@ def swarm(sweep: pd.Series, trials: pd.DataFrame, metric: str = "train_loss") ->
     archs = sorted(trials["params.arch"].unique(), key=arch_order)
     labels = [arch_label(a) for a in archs]
     colors = dict(zip(archs, sns.color_palette("colorblind", len(archs))))
-    fig = Figure(figsize=(8, 5.2), layout="constrained")
+    fig = Figure(figsize=(9.5, 5.2), layout="constrained")
     ax = fig.add_subplot()
+    finite = loss[ok]
+    clip = loss_axis_top(finite)
+    low, high = (finite.min(), finite[finite <= clip].max()) if len(finite) else (0.0, 1.0)
+    span = high - low if high > low else max(abs(high) * 0.1, 1e-6)
+    edge, line, top = high + 0.1 * span, high + 0.16 * span, high + 0.22 * span
     points = trials[ok].assign(arch=trials["params.arch"].map(arch_label),
                                loss=loss, depth=trials["params.depth"].astype(int))
-    if not points.empty:
+    shown, above = points[points["loss"] <= clip], points[points["loss"] > clip]
+    if not shown.empty:
         with warnings.catch_warnings():  # dense swarms: some points overlap, that is fine
             warnings.simplefilter("ignore", UserWarning)
-            sns.swarmplot(data=points, x="depth", y="loss", hue="arch", order=depths,
+            sns.swarmplot(data=shown, x="depth", y="loss", hue="arch", order=depths,
                           hue_order=labels, dodge=True, size=5, ax=ax, legend=False,
                           palette=[colors[a] for a in archs])
-        hollow_stopped(ax, points.loc[points["status"] == "stopped", "loss"])
-    finite = loss[ok]
-    low, high = (finite.min(), finite.max()) if len(finite) else (0.0, 1.0)
-    top = high + 0.12 * max(high - low, 1e-6 + abs(high) * 0.1)
+        hollow_stopped(ax, shown.loc[shown["status"] == "stopped", "loss"])
+        for collection in ax.collections:
+            collection.set_gid("shown")
     band = DODGE_WIDTH / len(archs)
-    for (arch, depth), group in trials[diverged].groupby(["params.arch", "params.depth"]):
-        center = depths.index(depth) - DODGE_WIDTH / 2 + band * (archs.index(arch) + 0.5)
-        xs = center + np.linspace(-band / 3, band / 3, len(group) + 2)[1:-1]
-        ax.scatter(xs, [top] * len(group), marker="X", s=70, color=colors[arch],
-                   edgecolor="black", linewidth=0.6, zorder=3)
-    ax.axhline((high + top) / 2, color="grey", linestyle="--", linewidth=0.8)
-    ax.text(0.01, (high + top) / 2, "diverged ↑", va="bottom", fontsize=8, color="dimgrey",
-            transform=blended_transform_factory(ax.transAxes, ax.transData))
+
+    def row(group: pd.DataFrame, y: float, gid: str, **style):
+        """One marker per setting of GROUP in a row at height Y, in its (depth, arch) slot."""
+        for (arch, depth), cell in group.groupby(["params.arch", "params.depth"]):
+            center = depths.index(depth) - DODGE_WIDTH / 2 + band * (archs.index(arch) + 0.5)
+            xs = center + np.linspace(-band / 3, band / 3, len(cell) + 2)[1:-1]
+            faces = [(1, 1, 1, 1) if s == "stopped" else colors[arch] for s in cell["status"]]
+            ax.scatter(xs, [y] * len(cell), color=faces, gid=gid, zorder=3, **style,
+                       edgecolors="black" if gid == "diverged" else [colors[arch]])
+
+    row(above, edge, "above", marker="^", s=45, linewidths=1.2)
+    row(trials[diverged], top, "diverged", marker="X", s=70, linewidth=0.6)
+    if len(above):
+        ax.axhline((high + edge) / 2, color="grey", linestyle=":", linewidth=0.8)
+    ax.axhline(line, color="grey", linestyle="--", linewidth=0.8)
     ax.set_xticks(range(len(depths)), depths)
     ax.set_xlim(-0.5, len(depths) - 0.5)
-    ax.set_ylim(low - 0.05 * (top - low), top + 0.08 * (top - low))
+    ax.set_ylim(low - 0.05 * span, top + 0.06 * span)
+    ticks = [t for t in MaxNLocator(6).tick_values(low, high) if low - 0.05 * span <= t <= high
+             + 0.04 * span]
+    ax.set_yticks([*ticks, *([edge] if len(above) else []), top],
+                  [f"{t:.4g}" for t in ticks] + ([f"> {clip:.4g}"] if len(above) else [])
+                  + ["diverged"])
     ax.set_xlabel("recurrence depth")
     ax.set_ylabel(f"{metric} reached ({_unit(trials)})")
     handles = [Line2D([], [], marker="o", linestyle="", color=colors[a],
                       label=f"{arch_label(a)}: {int(diverged[trials['params.arch'] == a].sum())}"
                       f" of {int((trials['params.arch'] == a).sum())} diverged")
                for a in archs]
-    handles += [Line2D([], [], marker="o", linestyle="", color="white", markeredgecolor="black",
-                       label="hollow: stopped early by ASHA"),
+    counts = trials["status"].value_counts()
+    handles += [Line2D([], [], marker="o", linestyle="", color="black",
+                       label=f"filled: completed ({counts.get('completed', 0)})"),
+                Line2D([], [], marker="o", linestyle="", color="white", markeredgecolor="black",
+                       label=f"hollow: stopped early by ASHA ({counts.get('stopped', 0)})"),
+                Line2D([], [], marker="^", linestyle="", color="white", markeredgecolor="black",
+                       label=f"above {clip:.4g} (at the top edge): {len(above)} of "
+                       f"{len(points)}" + (f", up to {above['loss'].max():.4g}"
+                                          if len(above) else "")),
                 Line2D([], [], marker="X", linestyle="", color="white", markeredgecolor="black",
                        label=f"diverged (at top): {int(diverged.sum())} of {len(trials)}")]
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.06, 1), fontsize=8,
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8,
               frameon=False)
-    counts = trials["status"].value_counts()
     notes = ", ".join(f"{n} {'stopped early' if s == 'stopped' else s}"
                       for s, n in counts.items() if s != "diverged")
     ax.set_title(_title(sweep, trials, f"Loss each random setting reached ({notes})"),
@@ -172,6 +211,114 @@ def curves(sweep: pd.Series, trials: pd.DataFrame, exp: store.Experiment, top: i
     ax.grid(alpha=0.3)
     ax.set_title(_title(sweep, trials, f"Learning curves of the top {len(best)} trials"),
                  fontsize=10)
+    return fig
+
+
+def _axis(values: pd.Series) -> tuple[pd.Series, list, list]:
+    """A parallel-coordinates axis: each value's position in [0, 1] (categories evenly
+    spaced; numbers linear, or log when `store.log_scaled`), and its ticks and their labels."""
+    present = values.dropna()
+    if pd.api.types.is_bool_dtype(values) or not pd.api.types.is_numeric_dtype(values):
+        kinds = sorted(present.unique(), key=str)
+        ticks = list(np.linspace(0, 1, len(kinds))) if len(kinds) > 1 else [0.5]
+        return values.map(dict(zip(kinds, ticks))).astype("float64"), ticks, \
+            [str(k) for k in kinds]
+    scale = np.log10 if store.log_scaled(values) else (lambda v: v)
+    numbers = values.astype("float64")
+    low, high = scale(present.min()), scale(present.max())
+    width = high - low if high > low else 1.0
+    if pd.api.types.is_integer_dtype(values) and present.nunique() <= 10:
+        marks = sorted(present.unique())
+    else:
+        marks = [10 ** v if scale is np.log10 else v for v in np.linspace(low, high, 5)]
+    return (scale(numbers) - low) / width, [(scale(m) - low) / width for m in marks], \
+        [f"{m:.3g}" for m in marks]
+
+
+def parallel(sweep: pd.Series, trials: pd.DataFrame,
+             metric: str = "best_valid_loss") -> Figure:
+    """Parallel coordinates: one line per trial across the hyperparameters that vary in the
+    sweep (`store.hyperparameters`) and METRIC. Finished trials are coloured by METRIC (best
+    drawn last); METRIC's axis stops at `loss_axis_top` (lines above it end at a '>' mark);
+    diverged trials are dashed grey lines ending at a 'diverged' mark above it."""
+    names = store.hyperparameters(trials)
+    ok, diverged = finished(trials, metric), trials["status"].eq("diverged")
+    loss = trials[f"metrics.{metric}"]
+    low, clip = (loss[ok].min(), loss_axis_top(loss[ok])) if ok.any() else (0.0, 1.0)
+    axes = [_axis(trials[n]) for n in names]
+    shown = loss.clip(upper=clip)
+    y_loss = ((shown - low) / (clip - low if clip > low else 1.0)).where(ok)
+    above = ok & (loss > clip)
+    y_loss = y_loss.mask(above, 1.08).mask(diverged, 1.16)
+    ys = np.column_stack([a[0].to_numpy(float) for a in axes] + [y_loss.to_numpy(float)])
+    fig = Figure(figsize=(max(8.0, 1.25 * (len(names) + 1) + 2), 5.2), layout="constrained")
+    ax = fig.add_subplot()
+    xs = np.arange(len(names) + 1)
+    cmap, norm = matplotlib.colormaps["viridis"], matplotlib.colors.Normalize(low, clip)
+    order = loss[ok].sort_values(ascending=False).index  # best last, on top
+    lines = LineCollection([np.column_stack([xs, ys[trials.index.get_loc(i)]]) for i in order],
+                           colors=cmap(norm(shown[order].to_numpy())), linewidths=1.4,
+                           alpha=0.85, gid="finished", zorder=2)
+    ax.add_collection(lines)
+    ax.add_collection(LineCollection(
+        [np.column_stack([xs, ys[trials.index.get_loc(i)]]) for i in trials.index[diverged]],
+        colors="grey", linestyles="--", linewidths=1.0, gid="diverged", zorder=1))
+    loss_ticks = MaxNLocator(5).tick_values(low, clip)
+    loss_ticks = [t for t in loss_ticks if low <= t <= low + 0.93 * (clip - low)] or [low]
+    ticks = [(a[1], a[2]) for a in axes] + [(
+        [(t - low) / (clip - low if clip > low else 1.0) for t in loss_ticks]
+        + ([1.08] if above.any() else []) + ([1.16] if diverged.any() else []),
+        [f"{t:.4g}" for t in loss_ticks] + ([f"> {clip:.4g}"] if above.any() else [])
+        + (["diverged"] if diverged.any() else []))]
+    for x, (positions, labels) in zip(xs, ticks):
+        ax.axvline(x, color="black", linewidth=0.8, zorder=0)
+        for y, label in zip(positions, labels):
+            ax.text(x - 0.04, y, label, ha="right", va="center", fontsize=7,
+                    bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.7, "pad": 0.5})
+    ax.set_xticks(xs, [n.removeprefix("params.") + (" (log)" if store.log_scaled(trials[n])
+                                                   else "") for n in names] + [metric])
+    ax.set_xlim(-0.6, len(names) + 0.3)
+    ax.set_ylim(-0.05, 1.22)
+    ax.set_yticks([])
+    for side in ("left", "right", "top"):
+        ax.spines[side].set_visible(False)
+    fig.colorbar(matplotlib.cm.ScalarMappable(norm, cmap), ax=ax, label=f"{metric}"
+                 + (f" (clipped at {clip:.4g})" if above.any() else ""), shrink=0.8)
+    counts = trials["status"].value_counts()
+    notes = ", ".join(f"{n} {'stopped early' if s == 'stopped' else s}"
+                      for s, n in counts.items())
+    failed = "; failed trials not drawn" if counts.get("failed", 0) else ""
+    ax.set_title(_title(sweep, trials, f"Settings of each trial and the {metric} reached\n"
+                        f"({notes}{failed})"), fontsize=10)
+    return fig
+
+
+def importance_bars(frame: pd.DataFrame) -> Figure:
+    """One panel per architecture: each hyperparameter's importance, one bar per evaluator
+    (the frame of `importance.importances`)."""
+    archs = list(dict.fromkeys(frame["arch"]))
+    evaluators = list(dict.fromkeys(frame["evaluator"]))
+    names = max((list(dict.fromkeys(frame.loc[frame["arch"] == a, "hyperparameter"]))
+                 for a in archs), key=len)
+    fig = Figure(figsize=(max(4.0 * len(archs), 6.0), 2.2 + 0.25 * len(names) *
+                          len(evaluators)), layout="constrained")
+    axes = fig.subplots(1, len(archs), sharex=True, squeeze=False)[0]
+    colors = sns.color_palette("colorblind", len(evaluators))
+    height = 0.8 / len(evaluators)
+    for ax, arch in zip(axes, archs):
+        mine = frame[frame["arch"] == arch]
+        for k, (evaluator, color) in enumerate(zip(evaluators, colors)):
+            values = mine[mine["evaluator"] == evaluator].set_index("hyperparameter")
+            values = values["importance"].reindex(names)
+            ax.barh(np.arange(len(names)) + (k - (len(evaluators) - 1) / 2) * height,
+                    values.fillna(0), height=height, color=color, label=evaluator)
+        ax.set_yticks(range(len(names)), names)
+        ax.invert_yaxis()
+        ax.set_xlim(0, 1)
+        ax.grid(axis="x", alpha=0.3)
+        ax.set_title(f"{arch_label(arch)} ({mine['trials'].iloc[0]} trials)", fontsize=10)
+        ax.set_xlabel("importance (sums to 1)")
+    axes[-1].legend(fontsize=8, loc="lower right")
     return fig
 
 

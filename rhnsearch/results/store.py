@@ -23,6 +23,8 @@ ID_COLUMNS = ["experiment", "sweep", "parent_run_id", "run_id", "run_name", "tri
 FIRST_PARAMS = ["study", "dataset", "preset", "arch", "depth", "width", "tied", "n_params"]
 FIRST_METRICS = ["epoch", "train_loss", "valid_loss", "best_valid_loss", "test_loss",
                  "best_epoch"]
+NOT_SETTINGS = {"params.seed", "params.width", "params.n_params"}
+LOG_SPAN = 20  # a positive setting spanning more than this factor is read on a log scale
 SQL_MAX_FLOAT = 1.7976931348623157e308  # how MLflow's SQL stores +-inf
 
 
@@ -206,3 +208,21 @@ def sweep_trials(exp: Experiment, sweep: str | None = None) -> tuple[pd.Series, 
     """The sweep NAME (default: the latest) of the experiment and its trials."""
     chosen = pick_sweep(exp, sweep)
     return chosen, trials(exp, chosen["sweep"])
+
+
+def hyperparameters(trials: pd.DataFrame) -> list[str]:
+    """The `params.*` columns that vary among TRIALS, in column order: the sampled settings
+    and the cell's arch, depth and tied; not the seed (random, not a setting), nor the width
+    and parameter count (solved from the cell's budget, not chosen)."""
+    return [c for c in trials.columns if c.startswith("params.") and c not in NOT_SETTINGS
+            and trials[c].nunique(dropna=True) > 1]
+
+
+def log_scaled(values: pd.Series) -> bool:
+    """Whether a setting's values are read on a log scale: numbers, all positive, spanning
+    more than LOG_SPAN (learning rates, init scales, clip norms)."""
+    present = values.dropna()
+    if present.empty or pd.api.types.is_bool_dtype(values) or \
+            not pd.api.types.is_numeric_dtype(values):
+        return False
+    return bool(present.min() > 0 and present.max() / present.min() > LOG_SPAN)

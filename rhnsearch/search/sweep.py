@@ -233,7 +233,9 @@ def finish(tuner, state: dict) -> dict:
             Metric(k, float(v), now, 0) for k, v in summary.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool)])
         from ..results.plots import log_sweep_plots
+        from ..results.report import log_sweep_report
         log_sweep_plots(client, state["experiment_id"], parent)
+        log_sweep_report(client, state["experiment_id"], parent)
         client.set_terminated(parent, "FINISHED")
     return summary
 

@@ -1,0 +1,90 @@
+"""Each hyperparameter's importance per architecture, by Optuna's importance evaluators run on
+an Optuna study rebuilt from a sweep's stored trials (value: the trial's best valid loss)."""
+import math
+from contextlib import contextmanager
+
+import optuna
+import pandas as pd
+from optuna.distributions import (BaseDistribution, CategoricalDistribution,
+                                  FloatDistribution, IntDistribution)
+from optuna.importance import FanovaImportanceEvaluator, PedAnovaImportanceEvaluator
+from optuna.trial import TrialState, create_trial
+
+from . import arch_order, store
+from .tables import finished
+
+EVALUATORS = {"fANOVA": lambda: FanovaImportanceEvaluator(seed=0),
+              "PED-ANOVA": PedAnovaImportanceEvaluator}
+MIN_TRIALS = 4   # fewer usable trials of an architecture: no importance for it
+VALUE = "metrics.best_valid_loss"
+
+
+def python(value):
+    """A pandas scalar as the plain Python value Optuna stores."""
+    return value.item() if hasattr(value, "item") else value
+
+
+def distribution(values: pd.Series) -> BaseDistribution:
+    """The Optuna distribution the values were drawn from, as far as they tell: categorical
+    for strings and booleans, int or float between their extremes, log when
+    `store.log_scaled`."""
+    present = [python(v) for v in values.dropna()]
+    if pd.api.types.is_bool_dtype(values) or not pd.api.types.is_numeric_dtype(values):
+        return CategoricalDistribution(sorted(set(present), key=str))
+    low, high, log = min(present), max(present), store.log_scaled(values)
+    if pd.api.types.is_integer_dtype(values):
+        return IntDistribution(int(low), int(high), log=log)
+    return FloatDistribution(float(low), float(high), log=log)
+
+
+@contextmanager
+def quiet():
+    """Optuna without its INFO lines (a new study per architecture), as it was after."""
+    before = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(before)
+
+
+def study(trials: pd.DataFrame, names: list) -> optuna.Study:
+    """A minimizing study with one COMPLETE trial per row of TRIALS (in order): its NAMES
+    params (missing ones left out) and its best valid loss as value."""
+    dists = {name: distribution(trials[name]) for name in names}
+    out = optuna.create_study(direction="minimize")
+    for _, row in trials.iterrows():
+        params = {n.removeprefix("params."): python(row[n]) for n in names if pd.notna(row[n])}
+        out.add_trial(create_trial(
+            params=params, value=float(row[VALUE]), state=TrialState.COMPLETE,
+            distributions={n.removeprefix("params."): dists[n] for n in names
+                           if n.removeprefix("params.") in params}))
+    return out
+
+
+def importances(trials: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """Per architecture, evaluator and hyperparameter: its importance (normalized to sum to 1
+    per architecture and evaluator), from the finished trials with a finite best valid loss.
+    Also the architectures left out, each with the reason."""
+    rows, skipped = [], {}
+    usable = trials[finished(trials, "best_valid_loss")]
+    for arch in sorted(trials["params.arch"].unique(), key=arch_order):
+        mine = usable[usable["params.arch"] == arch]
+        names = store.hyperparameters(mine)
+        if len(mine) < MIN_TRIALS:
+            skipped[arch] = (f"{len(mine)} finished trial{'s' * (len(mine) != 1)} with a "
+                             f"finite validation loss; importance needs {MIN_TRIALS}")
+            continue
+        if not names:
+            skipped[arch] = "no hyperparameter varies among its finished trials"
+            continue
+        with quiet():
+            built = study(mine, names)
+            found = {evaluator: optuna.importance.get_param_importances(built, evaluator=make())
+                     for evaluator, make in EVALUATORS.items()}
+        for evaluator, values in found.items():
+            rows += [{"arch": arch, "evaluator": evaluator, "hyperparameter": name,
+                      "importance": float(values.get(name, math.nan)), "trials": len(mine)}
+                     for name in (n.removeprefix("params.") for n in names)]
+    return pd.DataFrame(rows, columns=["arch", "evaluator", "hyperparameter", "importance",
+                                       "trials"]), skipped

@@ -1,0 +1,245 @@
+"""One self-contained HTML page per sweep, read from the MLflow store alone: the study's
+figure, its measured-vs-published table, top-k learning curves, parallel coordinates of the
+settings, each hyperparameter's importance per architecture, and the runs' provenance.
+Figures are embedded as base64 PNG; the page has no script and loads nothing from elsewhere."""
+import base64
+import io
+import logging
+import tempfile
+from html import escape
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from ..errors import UserError
+from . import arch_label, importance, plots, store, tables
+from .export import atomic, check_out, html_table
+
+log = logging.getLogger("rhnsearch")
+REPORT_OUT = (".html",)
+SECTIONS = {"header": "Sweep", "figure": "The study's figure", "table": "Measured and published",
+            "curves": "Learning curves", "parallel": "Settings (parallel coordinates)",
+            "importance": "Hyperparameter importance", "provenance": "Provenance"}
+STUDY_FIGURE = {"jsb_optimization": "swarm", "ptb_budget": "depth", "ptb_hsg": "hsg"}
+STATUSES = ("completed", "stopped", "diverged", "failed", "running")
+PROVENANCE = ("mlflow.source.git.commit", "mlflow.source.name", "mlflow.user",
+              "rhnsearch_version", "torch_version", "ray_version", "mlflow_version",
+              "python_version")
+STYLE = """
+body { font: 15px/1.45 system-ui, sans-serif; color: #1a1a1a; margin: 0 auto; max-width: 1200px;
+       padding: 0 1.5em 3em; background: #fff; }
+nav { padding: .6em 0; border-bottom: 1px solid #ccc; }
+nav a { margin-right: 1.2em; color: #0b5394; }
+section, header { padding: .5em 0 1em; border-bottom: 1px solid #e4e4e4; }
+h1 { font-size: 1.5em; margin: .6em 0 .2em; } h2 { font-size: 1.2em; margin: .8em 0 .4em; }
+img { max-width: 100%; height: auto; display: block; margin: .5em 0; }
+table { border-collapse: collapse; margin: .5em 0 1em; font-size: 13px; }
+caption { text-align: left; padding: .3em 0; color: #444; caption-side: top; }
+th, td { border: 1px solid #ccc; padding: .2em .5em; text-align: left; }
+th { background: #f2f2f2; } .num { text-align: right; font-variant-numeric: tabular-nums; }
+#importance table { display: inline-table; vertical-align: top; margin-right: 1.5em; }
+.note { color: #555; }
+"""
+
+
+def image(fig: Figure, alt: str) -> str:
+    """FIG as an <img> holding its PNG (base64)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    data = base64.b64encode(buffer.getvalue()).decode("ascii")
+    return f'<img src="data:image/png;base64,{data}" alt="{escape(alt)}">'
+
+
+def note(text: str) -> str:
+    return f'<p class="note">{escape(text)}</p>'
+
+
+def section(key: str, body: str) -> str:
+    tag = "header" if key == "header" else "section"
+    heading = "" if key == "header" else f"<h2>{SECTIONS[key]}</h2>\n"
+    return f'<{tag} id="{key}">\n{heading}{body}</{tag}>\n'
+
+
+def drawn(draw, alt: str) -> str:
+    """The figure DRAW() returns as an image, or a note saying why there is none."""
+    try:
+        return image(draw(), alt)
+    except UserError as exc:
+        return note(f"Not drawn: {exc}")
+
+
+def facts(rows: list[tuple[str, str]], table_id: str) -> str:
+    return html_table(pd.DataFrame(rows, columns=["field", "value"]), table_id=table_id)
+
+
+def duration(seconds: float) -> str:
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m {secs:02d}s" if hours else f"{minutes}m {secs:02d}s"
+
+
+def header(exp: store.Experiment, chosen: pd.Series, trials: pd.DataFrame, parent) -> str:
+    """Experiment, sweep, study, preset, dataset, times, and trials by status."""
+    metrics, info = parent.data.metrics, parent.info
+    if "wall_seconds" in metrics:
+        wall = f"{duration(metrics['wall_seconds'])} (Tune's run, as the sweep measured it)"
+    elif info.end_time:
+        wall = f"{duration((info.end_time - info.start_time) / 1000)} (parent run's span)"
+    else:
+        wall = "not recorded (the sweep has not finished)"
+    counts = trials["status"].value_counts()
+    status = [(s, int(counts.get(s, 0))) for s in STATUSES] + \
+        [(s, int(n)) for s, n in counts.items() if s not in STATUSES]
+    rows = [("experiment", exp.name), ("sweep", chosen["sweep"]),
+            ("study", chosen["study"] or "not recorded"),
+            ("preset", chosen["preset"] or "not recorded"),
+            ("dataset", tables.sweep_dataset(trials)),
+            ("started", pd.Timestamp(info.start_time, unit="ms", tz="UTC").isoformat(
+                timespec="seconds")),
+            ("wall time", wall)]
+    if "train_seconds" in metrics:
+        rows.append(("training time (sum over trials)", duration(metrics["train_seconds"])))
+    rows.append(("trials", f"{len(trials)}: " + ", ".join(
+        f"{n} {'stopped early' if s == 'stopped' else s}" for s, n in status)))
+    title = f"{escape(exp.name)} · sweep {escape(chosen['sweep'])}"
+    return f"<h1>{title}</h1>\n" + facts(rows, "header-facts")
+
+
+def study_figure(chosen: pd.Series, trials: pd.DataFrame) -> str:
+    """The study's figure: the swarm (jsb_optimization, or any sweep with several archs or
+    depths), or perplexity vs depth with the published numbers (ptb_budget, ptb_hsg)."""
+    kind = STUDY_FIGURE.get(chosen["study"])
+    if kind in ("depth", "hsg"):
+        return drawn(lambda: plots.depth_curves(chosen, trials, chosen["study"]),
+                     f"{chosen['study']}: perplexity vs depth, published numbers overlaid")
+    if kind == "swarm" or trials["params.arch"].nunique() > 1 or \
+            trials["params.depth"].nunique() > 1:
+        return note("Each point is one setting (filled: completed, hollow: stopped early by "
+                    "ASHA, X: diverged). Settings whose loss is more than "
+                    f"{plots.CLIP_MARGIN:.0%} above the best (and above the lower quartile) "
+                    "are triangles at the axis' top edge, so the band near the best stays "
+                    "readable.") + \
+            drawn(lambda: plots.swarm(chosen, trials), "loss of each setting vs depth")
+    return note("One (architecture, depth) cell: no swarm to draw; see the table.")
+
+
+def study_table(chosen: pd.Series, trials: pd.DataFrame) -> str:
+    """The study's table (measured next to published), or per (arch, depth) counts and
+    losses for a study with no published numbers."""
+    study = chosen["study"]
+    if study in tables.STUDIES:
+        return html_table(tables.build(study, trials), tables.caption(study, chosen, trials,
+                                                                      "train_loss"),
+                          "study-table")
+    return html_table(tables.jsb_optimization(trials), f"{study}: settings, how they ended "
+                      "and train_loss per architecture and depth (no published numbers for "
+                      "this study).", "study-table")
+
+
+def parallel(chosen: pd.Series, trials: pd.DataFrame) -> str:
+    names = store.hyperparameters(trials)
+    if not names:
+        return note("No setting varies among the sweep's trials: nothing to compare.")
+    logged = [n.removeprefix("params.") + (" (log axis)" if store.log_scaled(trials[n])
+                                           else "") for n in names]
+    return note(f"One line per trial, axes: {', '.join(logged)} and best_valid_loss, each "
+                "scaled to its range; colour: best_valid_loss; dashed grey: diverged. The "
+                "seed, width and parameter count are left out (random, or solved from the "
+                "cell's budget).") + \
+        drawn(lambda: plots.parallel(chosen, trials), "parallel coordinates of the settings")
+
+
+def importances(trials: pd.DataFrame) -> str:
+    """The evaluators' bar chart and one table per architecture (id importance-ARCH), and
+    the architectures left out with the reason."""
+    frame, skipped = importance.importances(trials)
+    parts = [note("Per architecture, an Optuna study is rebuilt from the trials that "
+                  "finished (completed or stopped early) with a finite best_valid_loss, its "
+                  "value; the hyperparameters are the settings that vary among them (not the "
+                  "seed, width or parameter count). Importances by "
+                  f"{' and '.join(importance.EVALUATORS)} (optuna.importance), each summing "
+                  "to 1; with few trials they are rough (PED-ANOVA wants 5 or more trials in "
+                  "its top 10%).")]
+    if not frame.empty:
+        parts.append(image(plots.importance_bars(frame), "importance per architecture"))
+        for arch, mine in frame.groupby("arch", sort=False):
+            wide = mine.pivot(index="hyperparameter", columns="evaluator",
+                              values="importance")
+            wide = wide.reindex(index=list(dict.fromkeys(mine["hyperparameter"])),
+                                columns=list(importance.EVALUATORS)).reset_index()
+            wide.columns.name = None
+            parts.append(html_table(wide, f"{arch_label(arch)} ({arch}): "
+                                    f"{mine['trials'].iloc[0]} trials",
+                                    f"importance-{arch}"))
+    for arch, reason in skipped.items():
+        parts.append(note(f"{arch_label(arch)} ({arch}): no importance, {reason}."))
+    return "\n".join(parts)
+
+
+def provenance(exp: store.Experiment, chosen: pd.Series, parent) -> str:
+    """Where the numbers come from: the store, the parent run and its settings, and the
+    provenance tags of the sweep's runs ("not recorded" when none carries one)."""
+    runs = [parent, *store._search(exp, f"tags.mlflow.parentRunId = '{chosen['run_id']}'")]
+    keys = sorted({k for r in runs for k in r.data.tags if k.startswith("mlflow.source.")
+                   or k.endswith("_version")} | set(PROVENANCE),
+                  key=lambda k: (k not in PROVENANCE, k))
+    rows = [("tracking URI", exp.tracking_uri), ("experiment id", exp.id),
+            ("parent run", chosen["run_id"]), ("artifacts", parent.info.artifact_uri)]
+    rows += [(f"sweep {key}", value or "none")
+             for key, value in sorted(parent.data.params.items())]
+    for key in keys:
+        values = pd.Series([r.data.tags.get(key) for r in runs]).dropna().value_counts()
+        rows.append((key, ", ".join(f"{v} ({n} of {len(runs)} runs)" for v, n in values.items())
+                     or "not recorded"))
+    return facts(rows, "provenance-facts")
+
+
+def render(exp: store.Experiment, sweep: str | None = None, top: int = 5) -> str:
+    """The report page of a sweep of EXP (default: its latest), as HTML text."""
+    chosen, trials = store.sweep_trials(exp, sweep)
+    parent = exp.client.get_run(chosen["run_id"])
+    title = f"{exp.name} · sweep {chosen['sweep']} · {tables.sweep_dataset(trials)}"
+    body = {
+        "header": header(exp, chosen, trials, parent),
+        "figure": study_figure(chosen, trials),
+        "table": study_table(chosen, trials),
+        "curves": drawn(lambda: plots.curves(chosen, trials, exp, top),
+                        f"valid loss per epoch of the top {top} trials"),
+        "parallel": parallel(chosen, trials),
+        "importance": importances(trials),
+        "provenance": provenance(exp, chosen, parent)}
+    nav = " ".join(f'<a href="#{key}">{name}</a>' for key, name in SECTIONS.items())
+    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            f"<title>{escape(title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n"
+            f"<nav>{nav}</nav>\n" + "".join(section(k, v) for k, v in body.items())
+            + "</body>\n</html>\n")
+
+
+def report(experiment: str, out, tracking_uri: str | None = None, sweep: str | None = None,
+           top: int = 5, force: bool = False) -> Path:
+    """Write the report page of a sweep of EXPERIMENT (default: its latest) to OUT (.html)."""
+    path = check_out(out, REPORT_OUT, force)
+    if top < 1:
+        raise UserError(f"--top {top}: show at least 1 trial's learning curve")
+    text = render(store.open_experiment(experiment, tracking_uri), sweep, top)
+    with atomic(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return path
+
+
+def log_sweep_report(client, experiment_id: str, parent_run_id: str):
+    """Log a finished sweep's report page as report/report.html on its parent run. Never
+    raises: a report that cannot be made is a warning, not a failed sweep."""
+    try:
+        parent = client.get_run(parent_run_id)
+        exp = store.Experiment(client.get_experiment(experiment_id).name, experiment_id,
+                               client.tracking_uri, client)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "report.html"
+            path.write_text(render(exp, parent.data.tags.get("sweep")), encoding="utf-8")
+            client.log_artifact(parent_run_id, str(path), "report")
+    except Exception as exc:  # noqa: BLE001 - the report is a courtesy, the sweep has succeeded
+        log.warning("could not log the sweep's report to MLflow run %s (%s: %s); write it "
+                    "with `rhnsearch results report`", parent_run_id, type(exc).__name__,
+                    str(exc).splitlines()[0][:200] if str(exc) else "")

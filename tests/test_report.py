@@ -1,0 +1,404 @@
+"""`rhnsearch results report` on the real smoke sweeps' store: one self-contained HTML page per
+sweep, its numbers checked against the store and against Optuna run independently here, and
+its sections rendered in headless Chromium (screenshots kept in $RHNSEARCH_TEST_ARTIFACTS,
+default results/test-artifacts/)."""
+import base64
+import html
+import io
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pytest
+from PIL import Image
+
+from conftest import ROOT, SmokeSweep, rhnsearch_cli
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+ARTIFACTS = Path(os.environ.get("RHNSEARCH_TEST_ARTIFACTS", ROOT / "results" / "test-artifacts"))
+
+SECTIONS = ["header", "figure", "table", "curves", "parallel", "importance", "provenance"]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+NOT_SETTINGS = {"seed", "width", "n_params"}
+
+
+class Page(HTMLParser):
+    """The parts of a report page the tests read: element ids (and the section each lies in),
+    image sources per section, tables by id (rows of cell texts), and every src/href."""
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.ids, self.images, self.tables, self.links = [], {}, {}, []
+        self.section, self.table, self.row = None, None, None
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if "id" in attrs:
+            self.ids.append(attrs["id"])
+        if tag in ("header", "section") and "id" in attrs:
+            self.section = attrs["id"]
+        self.links += [attrs[k] for k in ("src", "href") if k in attrs]
+        if tag == "img":
+            self.images.setdefault(self.section, []).append(attrs["src"])
+        elif tag == "table":
+            self.table = attrs.get("id")
+            self.tables[self.table] = []
+        elif tag == "tr":
+            self.row = []
+            self.tables[self.table].append(self.row)
+        elif tag in ("td", "th"):
+            self.row.append("")
+
+    def handle_data(self, data):
+        if self.row is not None and self.row and self.table is not None:
+            self.row[-1] += data
+
+    def handle_endtag(self, tag):
+        if tag == "tr":
+            self.row = None
+
+    def table_rows(self, table_id: str) -> list[dict]:
+        header, *rows = self.tables[table_id]
+        return [dict(zip(header, row)) for row in rows]
+
+
+def results(sweep: SmokeSweep, *args, check=True):
+    return rhnsearch_cli("results", *args, "--tracking-uri", sweep.tracking_uri, cwd=sweep.cwd,
+                         check=check)
+
+
+def one_line_error(proc, *words):
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("rhnsearch: error: "), proc.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def pages(jsb_smoke, jsb_diverging, ptb_budget_smoke, ptb_hsg_smoke, tmp_path_factory):
+    """The report of each smoke sweep, written by the command in a fresh process."""
+    out = tmp_path_factory.mktemp("reports")
+    made = {}
+    for sweep in (jsb_smoke, jsb_diverging, ptb_budget_smoke, ptb_hsg_smoke):
+        path = out / f"{sweep.experiment}.html"
+        proc = results(sweep, "report", "--experiment", sweep.experiment, "--top", "3",
+                       "--out", path)
+        assert proc.stderr.strip().splitlines()[-1] == f"wrote {path}"
+        made[sweep.experiment] = path
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in made.values())
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "report_jsb_optimization.html").write_bytes(
+        made["jsb_optimization"].read_bytes())
+    return made
+
+
+def test_report_is_one_self_contained_page_with_every_section(pages):
+    for experiment, path in pages.items():
+        text = path.read_text(encoding="utf-8")
+        page = Page(text)
+        assert [i for i in page.ids if i in SECTIONS] == SECTIONS, experiment
+        assert len(page.ids) == len(set(page.ids))
+        # nothing loaded from elsewhere: every src/href is embedded data or a fragment
+        assert page.links and all(link.startswith(("data:image/png;base64,", "#"))
+                                  for link in page.links), experiment
+        assert "<script" not in text and "url(" not in text and "@import" not in text
+        assert not re.search(r"(src|href)\s*=\s*[\"']?\s*(https?:|//|file:)", text)
+        for section in ("figure", "curves", "parallel", "importance"):
+            assert page.images.get(section), (experiment, section)
+        for sources in page.images.values():
+            for src in sources:
+                png = base64.b64decode(src.removeprefix("data:image/png;base64,"),
+                                       validate=True)
+                assert png[:8] == PNG_MAGIC
+                with Image.open(io.BytesIO(png)) as image:
+                    image.verify()
+                with Image.open(io.BytesIO(png)) as image:
+                    assert image.width > 300 and image.height > 200
+                    rgb = image.convert("RGB")
+                    assert len(rgb.getcolors(rgb.width * rgb.height)) > 50
+
+
+def test_header_counts_the_trials_by_status(pages, jsb_smoke, ptb_budget_smoke):
+    for sweep in (jsb_smoke, ptb_budget_smoke):
+        facts = {r["field"]: r["value"] for r in Page(pages[sweep.experiment].read_text())
+                 .table_rows("header-facts")}
+        runs = sweep.child_runs()
+        statuses = [r.data.tags["status"] for r in runs]
+        assert facts["experiment"] == sweep.experiment and facts["sweep"] == sweep.name
+        assert facts["study"] == sweep.experiment and facts["preset"] == "smoke"
+        assert facts["trials"].startswith(f"{len(runs)}: {statuses.count('completed')} "
+                                          f"completed, {statuses.count('stopped')} stopped "
+                                          f"early, {statuses.count('diverged')} diverged")
+        minutes, seconds = divmod(round(sweep.summary["wall_seconds"]), 60)
+        assert facts["wall time"].startswith(f"{minutes}m {seconds:02d}s")
+
+
+def test_jsb_report_has_the_jsb_table(pages, jsb_smoke):
+    page = Page(pages["jsb_optimization"].read_text())
+    rows = page.table_rows("study-table")
+    printed = results(jsb_smoke, "table", "--study", "jsb_optimization").stdout
+    md = [[c.strip() for c in line.strip().strip("|").split("|")]
+          for line in printed.splitlines() if line.startswith("|")]
+    assert [list(r.values()) for r in rows] == md[2:] and list(rows[0]) == md[0]
+    runs = jsb_smoke.child_runs()
+    assert sum(int(r["settings"]) for r in rows) == len(runs)
+    for row in rows:
+        code = {"RHN": "rhn", "DT-RNN": "dtrnn", "DT(S)-RNN": "dtsrnn"}[row["arch"]]
+        losses = [r.data.metrics["train_loss"] for r in runs if r.data.params["arch"] == code
+                  and r.data.params["depth"] == row["depth"]
+                  and r.data.tags["status"] in ("completed", "stopped")]
+        if losses:
+            assert float(row["best train_loss"]) == pytest.approx(min(losses), rel=1e-3)
+
+
+def test_ptb_reports_hold_the_published_numbers(pages):
+    from rhnsearch.results import published
+
+    rows = Page(pages["ptb_budget"].read_text()).table_rows("study-table")
+    assert [int(r["depth"]) for r in rows] == list(range(1, 11))
+    for column, key in (("units (paper)", "units"), ("valid (PTB, paper)", "valid"),
+                        ("test (PTB, paper)", "test"), ("valid WT (PTB, paper)", "valid_wt"),
+                        ("test WT (PTB, paper)", "test_wt")):
+        assert [float(r[column]) for r in rows] == list(published.PTB_BUDGET[key]), column
+    assert rows[0]["units (paper)"] == "1275" and rows[9]["test WT (PTB, paper)"] == "66"
+    assert published.RHN_PAPER in html.unescape(pages["ptb_budget"].read_text())
+
+    rows = Page(pages["ptb_hsg"].read_text()).table_rows("study-table")
+    assert [float(r["valid w/ HSG (PTB, paper)"]) for r in rows] == [67.5, 65.6, 64.8, 64.7]
+    assert [float(r["test w/o (PTB, paper)"]) for r in rows] == list(published.PTB_HSG["test"])
+
+
+def expected_importances(sweep: SmokeSweep) -> tuple[dict, dict]:
+    """Per arch, each evaluator's importances computed here from the sweep's runs, as the
+    page says it does; and for each arch left out, the words the page must give why."""
+    runs = sorted((r for r in sweep.child_runs() if r.data.tags["status"] in
+                   ("completed", "stopped") and math.isfinite(r.data.metrics["best_valid_loss"])),
+                  key=lambda r: r.data.tags["trial_id"])
+    found, skipped = {}, {}
+    for arch in {r.data.params["arch"] for r in sweep.child_runs()}:
+        mine = [r for r in runs if r.data.params["arch"] == arch]
+        names = sorted(k for k in mine[0].data.params if k not in NOT_SETTINGS
+                       and len({r.data.params[k] for r in mine}) > 1) if mine else []
+        if len(mine) < 4:
+            skipped[arch] = f"({arch}): no importance, {len(mine)} finished trial"
+            continue
+        if not names:
+            skipped[arch] = f"({arch}): no importance, no hyperparameter varies"
+            continue
+        dists = {}
+        for name in names:
+            raw = [r.data.params[name] for r in mine]
+            if set(raw) <= {"True", "False"} or not all(
+                    re.fullmatch(r"[-+0-9.e]+", v) for v in raw):
+                dists[name] = optuna.distributions.CategoricalDistribution(
+                    sorted({v == "True" if set(raw) <= {"True", "False"} else v for v in raw},
+                           key=str))
+                continue
+            numbers = [float(v) for v in raw]
+            log = min(numbers) > 0 and max(numbers) / min(numbers) > 20
+            if all(re.fullmatch(r"[-+]?\d+", v) for v in raw):
+                dists[name] = optuna.distributions.IntDistribution(
+                    int(min(numbers)), int(max(numbers)), log=log)
+            else:
+                dists[name] = optuna.distributions.FloatDistribution(
+                    min(numbers), max(numbers), log=log)
+
+        def value(name, raw):
+            dist = dists[name]
+            if isinstance(dist, optuna.distributions.CategoricalDistribution):
+                return raw == "True" if raw in ("True", "False") else raw
+            return int(raw) if isinstance(dist, optuna.distributions.IntDistribution) \
+                else float(raw)
+
+        study = optuna.create_study(direction="minimize")
+        for run in mine:
+            study.add_trial(optuna.trial.create_trial(
+                params={n: value(n, run.data.params[n]) for n in names}, distributions=dists,
+                value=run.data.metrics["best_valid_loss"]))
+        found[arch] = {
+            "fANOVA": optuna.importance.get_param_importances(
+                study, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0)),
+            "PED-ANOVA": optuna.importance.get_param_importances(
+                study, evaluator=optuna.importance.PedAnovaImportanceEvaluator())}
+    return found, skipped
+
+
+def test_importance_equals_optuna_on_the_stored_trials(pages, jsb_smoke, jsb_diverging,
+                                                       ptb_budget_smoke, ptb_hsg_smoke):
+    tables = 0
+    for sweep in (jsb_smoke, jsb_diverging, ptb_budget_smoke, ptb_hsg_smoke):
+        text = pages[sweep.experiment].read_text()
+        page = Page(text)
+        expected, skipped = expected_importances(sweep)
+        for arch, words in skipped.items():  # too few trials: said so, no numbers
+            assert f"importance-{arch}" not in page.tables and words in text
+        assert {t.removeprefix("importance-") for t in page.tables
+                if t and t.startswith("importance-")} == set(expected)
+        for arch in expected:
+            tables += 1
+            rows = page.table_rows(f"importance-{arch}")
+            assert sorted(r["hyperparameter"] for r in rows) == sorted(expected[arch]["fANOVA"])
+            assert not {r["hyperparameter"] for r in rows} & NOT_SETTINGS
+            for row in rows:
+                for evaluator, values in expected[arch].items():
+                    assert float(row[evaluator]) == pytest.approx(
+                        values[row["hyperparameter"]], rel=1e-3, abs=1e-9), (arch, row)
+            assert sum(float(r["fANOVA"]) for r in rows) == pytest.approx(1, abs=1e-3)
+    assert tables >= 6  # 3 JSB archs, ptb_budget's RHN, ptb_hsg's RHN and HSG
+    rows = Page(pages["jsb_optimization"].read_text()).table_rows("importance-rhn")
+    assert {"lr", "depth", "momentum", "init_scale", "clip", "t_bias"} == {
+        r["hyperparameter"] for r in rows}
+    rows = Page(pages["ptb_budget"].read_text()).table_rows("importance-rhn")
+    assert {r["hyperparameter"] for r in rows} == {"depth", "tied"}
+
+
+def test_parallel_coordinates_draw_every_trial_on_scaled_axes(jsb_diverging):
+    from rhnsearch.results import plots, store
+
+    chosen, trials = store.sweep_trials(store.open_experiment("jsb_diverging",
+                                                              jsb_diverging.tracking_uri))
+    ax = plots.parallel(chosen, trials).axes[0]
+    runs = jsb_diverging.child_runs()
+    values = {k: [r.data.params[k] for r in runs] for k in runs[0].data.params}
+    varying = {k for k, v in values.items() if len(set(v)) > 1} - NOT_SETTINGS
+    logged = {k for k in varying - {"arch"}
+              if max(map(float, values[k])) / min(map(float, values[k])) > 20}
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert labels[:2] == ["arch", "depth"] and labels[-1] == "best_valid_loss"
+    assert sorted(labels[2:-1]) == sorted(k + " (log)" * (k in logged)
+                                          for k in varying - {"arch", "depth"})
+    assert "lr" in logged and "seed" not in " ".join(labels)
+    finished_lines, diverged_lines = (next(c for c in ax.collections if c.get_gid() == gid)
+                                      for gid in ("finished", "diverged"))
+    statuses = [r.data.tags["status"] for r in runs]
+    assert len(finished_lines.get_segments()) == statuses.count("completed") + \
+        statuses.count("stopped")
+    assert len(diverged_lines.get_segments()) == statuses.count("diverged") > 0
+    assert diverged_lines.get_linestyle()[0][1] is not None  # dashed
+    lrs = [math.log10(float(v)) for v in values["lr"]]
+    at = labels.index("lr (log)")
+    drawn = sorted(s[at, 1] for c in (finished_lines, diverged_lines) for s in c.get_segments())
+    assert drawn == pytest.approx(sorted((v - min(lrs)) / (max(lrs) - min(lrs)) for v in lrs))
+    loss_y = [s[-1, 1] for s in diverged_lines.get_segments()]
+    assert min(loss_y) > max(s[-1, 1] for s in finished_lines.get_segments())
+    best = [s for s in finished_lines.get_segments() if s[-1, 1] == 0]
+    assert len(best) == 1  # the best trial sits at the bottom of the loss axis, drawn last
+    assert finished_lines.get_segments()[-1][-1, 1] == 0
+
+
+def test_report_errors_are_one_line_and_nothing_is_overwritten(jsb_smoke, tmp_path):
+    one_line_error(results(jsb_smoke, "report", "--experiment", "no_such_study", "--out",
+                           tmp_path / "r.html", check=False), "no_such_study",
+                   "jsb_optimization")
+    one_line_error(results(jsb_smoke, "report", "--experiment", "jsb_optimization", "--out",
+                           tmp_path / "r.pdf", check=False), ".html")
+    one_line_error(results(jsb_smoke, "report", "--experiment", "jsb_optimization", "--sweep",
+                           "nope", "--out", tmp_path / "r.html", check=False), "nope",
+                   jsb_smoke.name)
+    one_line_error(results(jsb_smoke, "report", "--experiment", "jsb_optimization", "--top",
+                           "0", "--out", tmp_path / "r.html", check=False), "--top")
+    out = tmp_path / "kept.html"
+    out.write_text("precious\n")
+    one_line_error(results(jsb_smoke, "report", "--experiment", "jsb_optimization", "--out",
+                           out, check=False), "--force")
+    assert out.read_text() == "precious\n"
+    results(jsb_smoke, "report", "--experiment", "jsb_optimization", "--out", out, "--force")
+    assert all(f'id="{s}"' in out.read_text() for s in SECTIONS)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.html"]
+
+
+def test_finished_sweeps_log_their_report_on_the_parent_run(jsb_smoke, ptb_budget_smoke,
+                                                            ptb_hsg_smoke, tmp_path):
+    for sweep in (jsb_smoke, ptb_budget_smoke, ptb_hsg_smoke):
+        client = sweep.client()
+        experiment = client.get_experiment_by_name(sweep.experiment)
+        (parent,) = client.search_runs([experiment.experiment_id], "tags.kind = 'sweep'")
+        assert [a.path for a in client.list_artifacts(parent.info.run_id, "report")] == [
+            "report/report.html"]
+        path = client.download_artifacts(parent.info.run_id, "report/report.html",
+                                         str(tmp_path))
+        text = open(path, encoding="utf-8").read()
+        page = Page(text)
+        assert [i for i in page.ids if i in SECTIONS] == SECTIONS
+        assert {r["field"]: r["value"] for r in page.table_rows("header-facts")}["sweep"] \
+            == sweep.name
+        assert all(page.images.get(s) for s in ("figure", "curves", "parallel", "importance"))
+        assert "could not log the sweep's report" not in sweep.stderr
+
+
+PROBE = """<script>addEventListener("load", () => {
+  for (const e of document.querySelectorAll("header[id], section[id]")) {
+    const r = e.getBoundingClientRect();
+    e.setAttribute("data-box", [r.left + scrollX, r.top + scrollY, r.width, r.height].join(","));
+  }
+  for (const i of document.images) {
+    const r = i.getBoundingClientRect();
+    i.setAttribute("data-shown", [i.naturalWidth, r.left + scrollX, r.top + scrollY, r.width,
+                                  r.height].join(","));
+  }
+  document.body.setAttribute("data-height", document.documentElement.scrollHeight);
+});</script>"""
+
+
+def chromium(*args, url: str) -> subprocess.CompletedProcess:
+    with tempfile.TemporaryDirectory() as profile:
+        return subprocess.run(
+            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             "--disable-dev-shm-usage", "--hide-scrollbars", "--force-device-scale-factor=1",
+             f"--user-data-dir={profile}", *args, url], capture_output=True, text=True,
+            timeout=180, check=True)
+
+
+def inked(image: Image.Image) -> tuple[float, int]:
+    """The share of pixels that are not near-white, and the number of distinct colours."""
+    pixels = np.asarray(image).reshape(-1, 3)
+    return float((pixels.min(axis=1) < 200).mean()), len(np.unique(pixels, axis=0))
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install -y "
+                    "chromium)")
+def test_every_section_renders_in_chromium(pages, tmp_path):
+    """Where each section lies comes from a copy of the page with a probe script (the page
+    has none); the page itself is then shot in one window as tall as it, and each section's
+    region of that screenshot is cropped, kept and checked."""
+    for experiment in ("jsb_optimization", "ptb_budget"):
+        page = pages[experiment]
+        probe = tmp_path / f"probe_{experiment}.html"
+        probe.write_text(page.read_text(encoding="utf-8").replace("</body>", PROBE + "</body>"),
+                         encoding="utf-8")
+        dom = chromium("--window-size=1280,1000", "--dump-dom", url=probe.as_uri()).stdout
+        boxes = {key: [float(v) for v in box.split(",")] for key, box in re.findall(
+            r'<(?:header|section) id="([\w-]+)"[^>]*data-box="([^"]+)"', dom)}
+        assert list(boxes) == SECTIONS
+        images = [[float(v) for v in s.split(",")] for s in re.findall(
+            r'data-shown="([^"]+)"', dom)]
+        assert len(images) >= 4 and all(n > 0 and w > 300 and h > 150  # decoded and shown
+                                        for n, _, _, w, h in images)
+        height = int(re.search(r'data-height="(\d+)"', dom).group(1))
+        shot = tmp_path / f"{experiment}.png"
+        chromium(f"--window-size=1280,{height}", f"--screenshot={shot}", url=page.as_uri())
+        with Image.open(shot) as full:
+            assert full.size == (1280, height)
+            rgb = full.convert("RGB")
+        for key, (x, y, w, h) in boxes.items():
+            region = rgb.crop((int(x), int(y), int(x + w), int(y + h)))
+            region.save(ARTIFACTS / f"report_{experiment}_{key}.png")
+            ink, colours = inked(region)
+            assert h > 100 and ink > 0.01 and colours > 20, (experiment, key, ink, colours)
+            inside = [i for i in images if y <= i[2] and i[2] + i[4] <= y + h]
+            assert bool(inside) == (key in ("figure", "curves", "parallel", "importance"))
+            for _, ix, iy, iw, ih in inside:  # each figure drawn, not a broken-image box
+                ink, colours = inked(rgb.crop((int(ix), int(iy), int(ix + iw), int(iy + ih))))
+                assert ink > 0.015 and colours > 100, (experiment, key, ink, colours)
+        (ARTIFACTS / f"report_{experiment}_boxes.json").write_text(json.dumps(boxes))
