@@ -35,8 +35,9 @@ def _title(sweep: pd.Series, trials: pd.DataFrame, what: str) -> str:
 
 
 def _unit(trials: pd.DataFrame) -> str:
-    return "nats per time step" if set(trials["params.dataset"]) == {"jsb"} else \
-        "nats per word"
+    """The loss unit the trials' task logged (rhnsearch.tasks), e.g. nats per time step."""
+    units = trials.get("params.loss_unit", pd.Series(dtype="str")).dropna().unique()
+    return " / ".join(sorted(units)) or "nats"
 
 
 def loss_axis_top(losses: pd.Series) -> float:

@@ -23,6 +23,7 @@ from mlflow.tracking import MlflowClient
 from ray.tune import Callback
 
 from ..provenance import provenance_tags
+from ..tasks import get_task
 from ..tracking_store import artifact_root
 from .trainable import trial_config
 
@@ -296,7 +297,8 @@ class MLflowTracker(Callback):
         config = trial.config
         cfg = trial_config(config, self.cells)
         params = {**{k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
-                  **flat_params(config, self.cells)}
+                  **flat_params(config, self.cells),
+                  "loss_unit": get_task(cfg.task).loss_unit}
         self._record(trial.trial_id, name=f"{cfg.arch}-d{cfg.depth}-{trial.trial_id}",
                      params=[Param(k, str(v)[:6000]) for k, v in sorted(params.items())])
 

@@ -94,7 +94,7 @@ def format_summary(summary: dict) -> str:
 
 def report(summary, as_json) -> int:
     """Print the summary; exit code 0 only if every trial completed, stopped or diverged."""
-    from ..cli import print_json
+    from .output import print_json
     print(format_summary(summary), file=sys.stderr)
     if as_json:
         print_json(summary)
@@ -102,7 +102,7 @@ def report(summary, as_json) -> int:
 
 
 def cmd_run(args):
-    from .sweep import run_sweep
+    from ..search.sweep import run_sweep
     summary = run_sweep(args.space, args.preset, args.overrides, args.address, args.search,
                         args.scheduler, args.data_dir, args.tracking_uri, args.experiment,
                         args.name, args.storage_path)
@@ -110,12 +110,12 @@ def cmd_run(args):
 
 
 def cmd_resume(args):
-    from .sweep import resume_sweep
+    from ..search.sweep import resume_sweep
     return report(resume_sweep(args.name, args.address, args.storage_path), args.json)
 
 
 def cmd_check(args):
-    from .space import load_space
+    from ..search.space import load_space
     space = load_space(args.space, args.preset, args.overrides)
     print(f"{space.study}: {space.num_trials} trials, dataset {space.dataset}, search "
           f"{space.search}, scheduler {space.scheduler.name}, {space.epochs} epochs max")
@@ -125,7 +125,7 @@ def cmd_check(args):
 
 
 def cmd_submit(args):
-    from .jobs import submit
+    from ..search.jobs import submit
     job_id = submit(args.address, args.space, args.tracking_uri, args.storage_path,
                     args.preset, args.overrides, args.name, search=args.search,
                     scheduler=args.scheduler, data_dir=args.data_dir,
@@ -136,19 +136,19 @@ def cmd_submit(args):
 
 
 def follow(address: str, job_id: str) -> int:
-    from .jobs import follow_logs
+    from ..search.jobs import follow_logs
     status = follow_logs(address, job_id, sys.stdout)
     print(f"{job_id}: {status}", file=sys.stderr)
     return 0 if status == "SUCCEEDED" else 1
 
 
 def cmd_logs(args):
-    from .jobs import job_call
+    from ..search.jobs import job_call
     if args.follow:
         return follow(args.address, args.job)
     print(job_call(args.address, args.job, "get_job_logs"), end="")
 
 
 def cmd_status(args):
-    from .jobs import job_status
+    from ..search.jobs import job_status
     print(job_status(args.address, args.job))

@@ -1,4 +1,5 @@
-"""`rhnsearch results ...`: exports, plots and tables read from the MLflow store alone."""
+"""`rhnsearch results ...`: exports, plots, tables and reports read from the MLflow store
+alone."""
 import sys
 
 STORE_HELP = "MLflow tracking URI (default: sqlite:///results/mlflow.db)"
@@ -80,28 +81,28 @@ def add_results(sub):
 
 
 def cmd_export(args):
-    from .export import export
+    from ..results.export import export
     path, rows = export(args.experiment, args.out, args.tracking_uri, args.sweep,
                         args.history, args.force)
     print(f"wrote {path} ({rows} rows)", file=sys.stderr)
 
 
 def cmd_plot(args):
-    from .plots import plot
+    from ..results.plots import plot
     path = plot(args.plot_kind, args.out, args.experiment, args.tracking_uri, args.sweep,
                 getattr(args, "metric", None), getattr(args, "top", 5), args.force)
     print(f"wrote {path}", file=sys.stderr)
 
 
 def cmd_table(args):
-    from .tables import table
+    from ..results.tables import table
     text = table(args.study, args.experiment, args.tracking_uri, args.sweep, args.out,
                  args.force, args.metric)
     print(text, file=sys.stderr if args.out else sys.stdout, end="" if not args.out else "\n")
 
 
 def cmd_report(args):
-    from .report import report
+    from ..results.report import report
     path = report(args.experiment, args.out, args.tracking_uri, args.sweep, args.top,
                   args.force)
     print(f"wrote {path}", file=sys.stderr)

@@ -1,0 +1,6 @@
+"""`python -m rhnsearch.cli`."""
+import sys
+
+from . import main
+
+sys.exit(main())
