@@ -9,8 +9,12 @@ import pytest
 import ray
 from ray import tune
 from ray.tune.experiment import Trial
+from ray.tune.schedulers import FIFOScheduler
 
+from conftest import ROOT
 from rhnsearch.search.scheduler import CellASHAScheduler
+from rhnsearch.search.space import load_space
+from rhnsearch.search.sweep import build_scheduler
 
 GO, STOP = CellASHAScheduler.CONTINUE, CellASHAScheduler.STOP
 
@@ -131,6 +135,19 @@ def test_restored_scheduler_reads_the_state_file_and_keeps_every_decision(tmp_pa
     assert report(restored, trial("t4"), 1, 0.9) == STOP  # [0.5, 1, 2]: 0.8333
     assert json.loads(state_file.read_text())["stopped"] == {"t2": 1, "t3": 3, "t4": 1}
     assert report(scheduler(), trial("t4"), 1, 0.9) == GO  # empty rungs (Ray's restore)
+
+
+def test_build_scheduler_follows_the_space(tmp_path):
+    space = ROOT / "spaces" / "jsb_optimization.yaml"
+    state_file = str(tmp_path / "scheduler_state.json")
+    default = build_scheduler(load_space(space, "smoke"), "cell_asha", state_file)
+    assert default.per_cell and default.milestones == [1, 3]
+    assert default.state_file == state_file and default.max_t == 9
+    assert load_space(space, "smoke").scheduler.name == "cell_asha"
+    paper = load_space(space, "paper")
+    assert build_scheduler(paper, "asha", state_file).milestones == [5, 15, 45]
+    assert not build_scheduler(paper, "asha", state_file).per_cell
+    assert type(build_scheduler(paper, "fifo", state_file)) is FIFOScheduler
 
 
 # -- real Tuners -----------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""Run a search space on Ray Tune: trials scheduled by ASHA, sampled at random or by Optuna,
-recorded in MLflow; interrupted sweeps resume by name."""
+"""Run a search space on Ray Tune: trials sampled at random or by Optuna, stopped early by
+ASHA within their cell, recorded in MLflow; interrupted sweeps resume by name."""
 import errno
 import json
 import logging
@@ -19,7 +19,7 @@ from mlflow.entities import Metric
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from ray import tune
-from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+from ray.tune.schedulers import FIFOScheduler
 from ray.tune.search import BasicVariantGenerator, ConcurrencyLimiter
 from ray.tune.search.optuna import OptunaSearch
 
@@ -27,6 +27,7 @@ from ..data import data_dir as default_data_dir
 from ..data import load_dataset
 from ..errors import UserError
 from ..tracking_store import check_store, resolve_tracking_uri
+from .scheduler import CellASHAScheduler
 from .space import Distribution, Space, load_space
 from .tracking import MLflowTracker, get_experiment
 from .trainable import run_trial
@@ -34,6 +35,7 @@ from .trainable import run_trial
 log = logging.getLogger("rhnsearch")
 SWEEPS_DIR = Path("results/sweeps")
 STATE_FILE = "rhnsearch_sweep.json"
+SCHEDULER_STATE_FILE = "scheduler_state.json"
 METRIC, MODE = "valid_loss", "min"
 
 
@@ -79,12 +81,16 @@ def build_search(space: Space, cells: list, constants: dict, search: str):
     return None, ConcurrencyLimiter(optuna, max_concurrent=limit), len(cells) * space.samples
 
 
-def build_scheduler(space: Space, name: str):
+def build_scheduler(space: Space, name: str, state_file: str):
+    """fifo, or ASHA within each cell (cell_asha) or across all trials (asha) keeping its
+    rungs and decisions in `state_file`, where the restored scheduler of `sweep resume`
+    finds them."""
     if name == "fifo":
         return FIFOScheduler()
     s = space.scheduler
-    return ASHAScheduler(time_attr="epoch", max_t=space.epochs,
-                         grace_period=s.grace_period, reduction_factor=s.reduction_factor)
+    return CellASHAScheduler(max_t=space.epochs, grace_period=s.grace_period,
+                             reduction_factor=s.reduction_factor, per_cell=name == "cell_asha",
+                             state_file=state_file, time_attr="epoch")
 
 
 # -- Ray -------------------------------------------------------------------------------------
@@ -208,12 +214,13 @@ def run_sweep(space_path, preset=None, overrides=(), address=None, search=None,
                  "study": space.study}
     param_space, search_alg, num_samples = build_search(space, cells, constants, search)
     tracker = MLflowTracker(uri, experiment_id, parent.info.run_id, name, str(directory))
+    scheduler_state = str(directory / SCHEDULER_STATE_FILE)
     tuner = tune.Tuner(
         tune.with_resources(run_trial, {"cpu": space.resources.cpu,
                                         "gpu": space.resources.gpu}),
         param_space=param_space,
         tune_config=tune.TuneConfig(metric=METRIC, mode=MODE, search_alg=search_alg,
-                                    scheduler=build_scheduler(space, scheduler),
+                                    scheduler=build_scheduler(space, scheduler, scheduler_state),
                                     num_samples=num_samples,
                                     max_concurrent_trials=space.max_concurrent or None,
                                     reuse_actors=True),
