@@ -1,7 +1,8 @@
 """The per-cell ASHA scheduler: its rule on real Tune trials fed synthetic results, its state
-file read back by a scheduler restored as `Tuner.restore` restores it, and real Tuners on a
-local Ray with a synthetic learning curve per cell."""
+file read back by a scheduler unpickled as `Tuner.restore` unpickles it, and real Tuners (and
+a real `Tuner.restore`) on a local Ray with a synthetic learning curve per cell."""
 import json
+import os
 import pickle
 import time
 
@@ -14,7 +15,7 @@ from ray.tune.schedulers import FIFOScheduler
 from conftest import ROOT
 from rhnsearch.search.scheduler import CellASHAScheduler
 from rhnsearch.search.space import load_space
-from rhnsearch.search.sweep import build_scheduler
+from rhnsearch.search.sweep import SCHEDULER_STATE_FILE, build_scheduler
 
 GO, STOP = CellASHAScheduler.CONTINUE, CellASHAScheduler.STOP
 
@@ -152,6 +153,8 @@ def test_build_scheduler_follows_the_space(tmp_path):
 
 # -- real Tuners -----------------------------------------------------------------------------
 EPOCHS = 4  # rungs at epochs 1 and 3
+FAST = [{"arch": "rhn", "depth": 1, "tied": False, "q": q} for q in (0.0, 0.5, 0.1)]
+SLOW = [{**cell, "arch": "dtrnn", "depth": 6} for cell in FAST]
 
 
 @pytest.fixture(scope="module")
@@ -161,47 +164,85 @@ def local_ray():
     ray.shutdown()
 
 
-def run_tuner(tmp_path, name: str, per_cell: bool) -> tuple[dict, dict]:
-    """Three settings (q) per cell, the fast cell first, one trial at a time (ASHA depends on
-    the order results arrive): ({(arch, q): last epoch}, the scheduler's state file)."""
-
-    def learning_curve(config):  # a local function: the workers need not import this file
-        """Loss 1/epoch + q; the slow cell (dtrnn depth 6) learns the same curve 1 higher."""
+def learning_curve():
+    """A trainable (a local function: the workers need not import this file): loss
+    1/epoch + q, the slow cell (dtrnn depth 6) 1 higher. The setting whose q is
+    config["fail_q"] fails before its first report until the file config["go"] exists."""
+    def trainable(config):
         cell = config["cell"]
+        if cell["q"] == config.get("fail_q") and not os.path.exists(config["go"]):
+            raise RuntimeError("no go")
         offset = 1.0 if cell["arch"] == "dtrnn" else 0.0
         for epoch in range(1, EPOCHS + 1):
             time.sleep(0.01)
             tune.report({"epoch": epoch, "valid_loss": offset + 1 / epoch + cell["q"]})
+    return trainable
 
-    settings = [{"arch": arch, "depth": depth, "tied": False, "q": q}
-                for arch, depth in (("rhn", 1), ("dtrnn", 6)) for q in (0.0, 0.5, 0.1)]
-    state_file = tmp_path / name / "scheduler_state.json"
-    tuner = tune.Tuner(
-        learning_curve, param_space={"cell": tune.grid_search(settings)},
-        tune_config=tune.TuneConfig(
-            metric="valid_loss", mode="min", max_concurrent_trials=1, reuse_actors=True,
-            scheduler=CellASHAScheduler(max_t=EPOCHS, grace_period=1, reduction_factor=3,
-                                        per_cell=per_cell, state_file=str(state_file))),
+
+def tuner(tmp_path, name: str, settings: list, per_cell: bool = True, **config):
+    """One trial per setting, in the order given, one at a time (ASHA depends on the order
+    results arrive); the scheduler's state where a sweep keeps it."""
+    scheduler = CellASHAScheduler(max_t=EPOCHS, grace_period=1, reduction_factor=3,
+                                  per_cell=per_cell,
+                                  state_file=str(tmp_path / name / SCHEDULER_STATE_FILE))
+    return tune.Tuner(
+        learning_curve(), param_space={"cell": tune.grid_search(settings), **config},
+        tune_config=tune.TuneConfig(metric="valid_loss", mode="min", max_concurrent_trials=1,
+                                    reuse_actors=True, scheduler=scheduler),
         run_config=tune.RunConfig(name=name, storage_path=str(tmp_path), verbose=0))
-    results = tuner.fit()
-    assert not results.errors
-    last = {(r.config["cell"]["arch"], r.config["cell"]["q"]): r.metrics["epoch"]
+
+
+def outcome(results, tmp_path, name: str) -> tuple[dict, dict]:
+    """({(arch, q): last epoch reported}, the scheduler's state file)."""
+    last = {(r.config["cell"]["arch"], r.config["cell"]["q"]): r.metrics.get("epoch")
             for r in results}
-    return last, json.loads(state_file.read_text())
+    return last, json.loads((tmp_path / name / SCHEDULER_STATE_FILE).read_text())
 
 
 def test_tuner_cell_asha_stops_only_the_losers_within_each_cell(local_ray, tmp_path):
-    """Per cell, each cell's best setting runs to the end and its worse ones are stopped (at
-    epoch 1: 1.5 > 1.0; at epoch 3: 0.433 > 0.333); globally, every setting of the slow cell
-    is stopped at epoch 1 for the fast cell's losses."""
-    per_cell, state = run_tuner(tmp_path, "cell", per_cell=True)
+    """The fast cell runs first. Per cell, each cell's best setting runs to the end and its
+    worse ones are stopped (at epoch 1: 1.5 > 1.0; at epoch 3: 0.433 > 0.333); globally,
+    every setting of the slow cell is stopped at epoch 1 for the fast cell's losses."""
+    results = tuner(tmp_path, "cell", FAST + SLOW).fit()
+    assert not results.errors
+    per_cell, state = outcome(results, tmp_path, "cell")
     within = {0.0: EPOCHS, 0.5: 1, 0.1: 3}
     assert per_cell == {(arch, q): epoch for arch in ("rhn", "dtrnn")
                         for q, epoch in within.items()}
     assert sorted(state["stopped"].values()) == [1, 1, 3, 3]
     assert set(state["rungs"]) == {"rhn depth 1", "dtrnn depth 6"}
 
-    everyone, state = run_tuner(tmp_path, "global", per_cell=False)
+    results = tuner(tmp_path, "global", FAST + SLOW, per_cell=False).fit()
+    assert not results.errors
+    everyone, state = outcome(results, tmp_path, "global")
     assert everyone == {**{("rhn", q): epoch for q, epoch in within.items()},
                         **{("dtrnn", q): 1 for q in within}}
     assert sorted(state["stopped"].values()) == [1, 1, 1, 1, 3]
+
+
+def test_tuner_restore_judges_on_the_rungs_of_the_first_run(local_ray, tmp_path):
+    """A sweep ends with one setting failed (q 0.1, before any report); `Tuner.restore`
+    runs it again with the scheduler pickled at the start. It is judged on the rungs of the
+    first run (it goes on at epoch 1, 1.1 < 1.167, and is stopped at epoch 3, 0.433 >
+    0.333; on empty rungs it would run to the end), and its record stays in the state file
+    (Tune's restore copies files at the top of the experiment dir and uploads them back
+    over newer ones)."""
+    go = tmp_path / "go"
+    first = tuner(tmp_path, "resumed", FAST, fail_q=0.1, go=str(go)).fit()
+    assert len(first.errors) == 1
+    last, state = outcome(first, tmp_path, "resumed")
+    assert last == {("rhn", 0.0): EPOCHS, ("rhn", 0.5): 1, ("rhn", 0.1): None}
+    best, worst = (next(r.metrics["trial_id"] for r in first if r.config["cell"]["q"] == q)
+                   for q in (0.0, 0.5))
+    assert state["stopped"] == {worst: 1}
+
+    go.touch()
+    restored = tune.Tuner.restore(str(tmp_path / "resumed"), learning_curve(),
+                                  restart_errored=True)
+    results = restored.fit()
+    assert not results.errors
+    last, state = outcome(results, tmp_path, "resumed")
+    assert last == {("rhn", 0.0): EPOCHS, ("rhn", 0.5): 1, ("rhn", 0.1): 3}
+    failed = next(r.metrics["trial_id"] for r in results if r.config["cell"]["q"] == 0.1)
+    assert state["stopped"] == {worst: 1, failed: 3}
+    assert set(state["rungs"]["rhn depth 1"]["3"]) == {best, failed}

@@ -35,7 +35,9 @@ from .trainable import run_trial
 log = logging.getLogger("rhnsearch")
 SWEEPS_DIR = Path("results/sweeps")
 STATE_FILE = "rhnsearch_sweep.json"
-SCHEDULER_STATE_FILE = "scheduler_state.json"
+# In a folder: Tune's restore copies the top folder's *.json and *.pkl to its staging dir and
+# uploads them back at each sync, over the scheduler's newer state.
+SCHEDULER_STATE_FILE = "scheduler/state.json"
 METRIC, MODE = "valid_loss", "min"
 
 
