@@ -13,8 +13,10 @@ def add_run_options(p):
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a space field, e.g. --set samples=4 --set fixed.epochs=20")
     p.add_argument("--search", choices=["random", "optuna"], help="default: the space's")
-    p.add_argument("--scheduler", choices=["asha", "fifo"],
-                   help="asha stops bad trials early; fifo runs every trial to the end")
+    p.add_argument("--scheduler", choices=["cell_asha", "asha", "fifo"],
+                   help="cell_asha stops a trial worse than the others of its (arch, depth) "
+                   "cell, asha one worse than any others; fifo runs every trial to the end "
+                   "(default: the space's)")
     p.add_argument("--data-dir", help="data dir (default: $RHNSEARCH_DATA_DIR or user cache; "
                    "with submit, a path on the cluster)")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///results/"

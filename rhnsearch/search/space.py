@@ -61,7 +61,9 @@ class Distribution(Strict):
 
 
 class Scheduler(Strict):
-    name: Literal["asha", "fifo"] = "asha"
+    """cell_asha: ASHA within each (arch, depth, tied) cell; asha: across all trials; fifo:
+    every trial runs to the end."""
+    name: Literal["cell_asha", "asha", "fifo"] = "cell_asha"
     grace_period: int = Field(2, ge=1)
     reduction_factor: float = Field(3.0, gt=1)
 
@@ -148,7 +150,7 @@ class Space(Strict):
         if type(epochs) is not int or epochs < 1:
             raise ValueError("fixed.epochs is required, a positive integer (the most epochs a "
                              f"trial may run), got {epochs!r}")
-        if self.scheduler.name == "asha" and self.scheduler.grace_period >= self.epochs:
+        if self.scheduler.name != "fifo" and self.scheduler.grace_period >= self.epochs:
             raise ValueError(f"scheduler.grace_period ({self.scheduler.grace_period}) must be "
                              f"below fixed.epochs ({self.epochs}) for ASHA to stop anything")
         return self

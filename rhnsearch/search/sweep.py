@@ -20,7 +20,7 @@ from mlflow.entities import Metric
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from ray import tune
-from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+from ray.tune.schedulers import FIFOScheduler
 
 from ..data import data_dir as default_data_dir
 from ..data import load_dataset
@@ -30,6 +30,7 @@ from ..tracking_store import check_store, resolve_tracking_uri
 from . import storage
 from .checkpoints import repair_checkpoint_names
 from .cluster import check_address, check_gpus, start_ray
+from .scheduler import CellASHAScheduler
 from .searchers import METRIC, MODE, build_search
 from .space import Space, load_space
 from .tracking import MLflowTracker, get_experiment, sender_for
@@ -39,6 +40,9 @@ log = logging.getLogger("rhnsearch")
 SWEEPS_DIR = Path("results/sweeps")
 STATE_FILE = "rhnsearch_sweep.json"
 STORAGE_ENV = "RHNSEARCH_STORAGE"
+# In a folder: Tune's restore copies the top folder's *.json and *.pkl to its staging dir and
+# uploads them back at each sync, over the scheduler's newer state.
+SCHEDULER_STATE_FILE = "scheduler/state.json"
 
 
 def sweep_storage(location: str | None, address: str | None) -> str:
@@ -65,12 +69,16 @@ def trainable(space: Space, cells: dict):
                                {"cpu": space.resources.cpu, "gpu": space.resources.gpu})
 
 
-def build_scheduler(space: Space, name: str):
+def build_scheduler(space: Space, name: str, state_file: str):
+    """fifo, or ASHA within each cell (cell_asha) or across all trials (asha) keeping its
+    rungs and decisions in `state_file`, where the restored scheduler of `sweep resume`
+    finds them."""
     if name == "fifo":
         return FIFOScheduler()
     s = space.scheduler
-    return ASHAScheduler(time_attr="epoch", max_t=space.epochs,
-                         grace_period=s.grace_period, reduction_factor=s.reduction_factor)
+    return CellASHAScheduler(max_t=space.epochs, grace_period=s.grace_period,
+                             reduction_factor=s.reduction_factor, per_cell=name == "cell_asha",
+                             state_file=state_file, time_attr="epoch")
 
 
 def check_writable(directory: Path):
@@ -158,7 +166,9 @@ def run_sweep(space_path, preset=None, overrides=(), address=None, search=None,
         trainable(space, cells),
         param_space=param_space,
         tune_config=tune.TuneConfig(metric=METRIC, mode=MODE, search_alg=search_alg,
-                                    scheduler=build_scheduler(space, scheduler),
+                                    scheduler=build_scheduler(
+                                        space, scheduler,
+                                        storage.join(experiment_path, SCHEDULER_STATE_FILE)),
                                     num_samples=num_samples,
                                     max_concurrent_trials=space.max_concurrent or None,
                                     reuse_actors=True),

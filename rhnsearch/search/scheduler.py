@@ -1,0 +1,131 @@
+"""Asynchronous successive halving (ASHA) with one set of rungs per (arch, depth, tied) cell,
+its rungs and decisions kept in a JSON file so that a resumed sweep decides as the
+interrupted one did."""
+import itertools
+import json
+import logging
+import math
+
+import numpy as np
+from ray.tune.result import DEFAULT_METRIC
+from ray.tune.schedulers import FIFOScheduler, TrialScheduler
+
+from . import storage
+
+log = logging.getLogger("rhnsearch")
+CONTINUE, STOP = TrialScheduler.CONTINUE, TrialScheduler.STOP
+ALL = "all cells"
+
+
+def cell_key(config: dict) -> str:
+    """The cell of a trial's config: its label, as sweeps name cells ('rhn d4 w96'), or for a
+    cell given as a dict of arch, depth and tied, 'rhn depth 4' ('... tied')."""
+    cell = config["cell"]
+    if isinstance(cell, str):
+        return cell
+    return f"{cell['arch']} depth {cell['depth']}" + (" tied" if cell.get("tied") else "")
+
+
+class CellASHAScheduler(FIFOScheduler):
+    """ASHA (the rule of Ray's AsyncHyperBandScheduler with one bracket) comparing each trial
+    only with the trials of its own cell (per_cell=True), or with every trial (per_cell=False).
+
+    Rungs are at grace_period * reduction_factor**k epochs, below max_t. A trial reaching a
+    rung is recorded there, and stopped if its metric is worse than the rung's
+    (1 - 1/reduction_factor) quantile of the values recorded before it; the first trial of a
+    rung, so the only trial of a cell, always goes on. A missing or non-finite metric (a
+    diverged trial, which ends by itself) is neither recorded nor judged. A trial reporting an
+    epoch again (retried or resumed) keeps the decision made when it was recorded.
+
+    The rungs and the stops are written to `state_file` (a path or URI; None keeps them in
+    memory) whenever a trial is recorded, and read from it on first use: Tune never saves a
+    scheduler's state, and `Tuner.restore` gives back this object as pickled at the start.
+    """
+
+    def __init__(self, max_t: int, grace_period: int = 1, reduction_factor: float = 3,
+                 per_cell: bool = True, state_file: str | None = None,
+                 time_attr: str = "epoch", metric: str | None = None, mode: str | None = None):
+        if not 0 < grace_period < max_t or reduction_factor <= 1:
+            raise ValueError(f"need 0 < grace_period ({grace_period}) < max_t ({max_t}) and "
+                             f"reduction_factor ({reduction_factor}) > 1")
+        super().__init__()
+        self.max_t, self.rf, self.per_cell = max_t, reduction_factor, per_cell
+        self.milestones = list(itertools.takewhile(lambda m: m < max_t, (
+            grace_period * reduction_factor ** k for k in itertools.count())))
+        self.state_file, self.time_attr = state_file, time_attr
+        self._metric, self._mode = metric, mode
+        self._state = None  # {"rungs": {cell: {milestone: {trial_id: value}}}, "stopped": ...}
+
+    def set_search_properties(self, metric, mode, **spec) -> bool:
+        if (self._metric and metric) or (self._mode and mode):
+            return False
+        self._metric, self._mode = metric or self._metric, mode or self._mode
+        if self._metric is None and self._mode:
+            self._metric = DEFAULT_METRIC
+        return True
+
+    def on_trial_add(self, tune_controller, trial):
+        if not self._metric or self._mode not in ("min", "max"):
+            raise ValueError(f"{type(self).__name__} needs a metric and a mode (min or max): "
+                             "pass them here or to tune.TuneConfig")
+
+    def on_trial_result(self, tune_controller, trial, result: dict) -> str:
+        t = result.get(self.time_attr)
+        if t is None:
+            return CONTINUE
+        if t >= self.max_t:
+            return STOP
+        state = self._load()
+        stopped_at = state["stopped"].get(trial.trial_id)
+        if stopped_at is not None and t >= stopped_at:
+            return STOP  # stopped there before the driver was restarted, or the trial retried
+        reached = [m for m in self.milestones if m <= t]
+        value = result.get(self._metric)
+        if not reached or value is None or not math.isfinite(value):
+            return CONTINUE
+        cell = state["rungs"].setdefault(cell_key(trial.config) if self.per_cell else ALL, {})
+        rung = cell.setdefault(f"{reached[-1]:g}", {})
+        if trial.trial_id in rung:
+            return CONTINUE  # recorded and kept there before
+        decision = self.judge(list(rung.values()), value)
+        rung[trial.trial_id] = value
+        if decision == STOP:
+            state["stopped"][trial.trial_id] = t
+        self._save()
+        return decision
+
+    def judge(self, recorded: list[float], value: float) -> str:
+        """STOP if `value` is worse than the (1 - 1/rf) quantile of the values recorded."""
+        if not recorded:
+            return CONTINUE
+        sign = 1.0 if self._mode == "max" else -1.0
+        cutoff = np.percentile([sign * v for v in recorded], (1 - 1 / self.rf) * 100)
+        return STOP if sign * value < cutoff else CONTINUE
+
+    def _load(self) -> dict:
+        if self._state is None:
+            text = storage.read_text(self.state_file) if self.state_file else None
+            saved = json.loads(text) if text else {}
+            self._state = {"rungs": saved.get("rungs", {}), "stopped": saved.get("stopped", {})}
+            if text:
+                log.info("scheduler state read from %s: %d trials stopped so far",
+                         self.state_file, len(self._state["stopped"]))
+        return self._state
+
+    def _save(self):
+        if self.state_file:
+            storage.write_text(self.state_file, json.dumps({
+                "per_cell": self.per_cell, "metric": self._metric, "mode": self._mode,
+                "milestones": self.milestones, **self._state}, indent=1))
+
+    def debug_string(self) -> str:
+        state = self._load()
+        stopped = state["stopped"]
+        lines = [f"{'Per-cell ASHA' if self.per_cell else 'ASHA'}: rungs at epochs "
+                 f"{', '.join(f'{m:g}' for m in self.milestones)}; {len(stopped)} trials "
+                 "stopped"]
+        for key, rungs in sorted(state["rungs"].items()):
+            trials = set().union(*rungs.values())
+            sizes = ", ".join(f"{len(r)} at {m}" for m, r in rungs.items())
+            lines.append(f"  {key}: {sizes}; {len(trials & stopped.keys())} stopped")
+        return "\n".join(lines)
