@@ -15,6 +15,10 @@ from pathlib import Path
 from . import __version__
 
 LIBRARIES = ("torch", "ray", "mlflow", "optuna")
+COMMIT_TAG, DIRTY_TAG = "mlflow.source.git.commit", "git_dirty"
+PLACEMENT_TAGS = ("host", "node_ip", "node_id", "device", "gpu_ids")  # set per trial
+TAGS = (COMMIT_TAG, DIRTY_TAG, "rhnsearch_version", *(f"{lib}_version" for lib in LIBRARIES),
+        *PLACEMENT_TAGS)  # what a run records of its making, in the order tables show it
 COMMIT_ENV, DIRTY_ENV = "RHNSEARCH_GIT_COMMIT", "RHNSEARCH_GIT_DIRTY"
 SOURCE = Path(__file__).resolve().parent.parent  # the checkout, if rhnsearch runs from one
 
@@ -43,9 +47,9 @@ def git_commit() -> tuple[str | None, bool | None]:
 def provenance_tags() -> dict[str, str]:
     """MLflow tags naming the code and libraries of this process."""
     tags = {"mlflow.source.name": "rhnsearch", "mlflow.source.type": "LOCAL",
-            "rhnsearch.version": __version__,
-            **{f"{lib}.version": metadata.version(lib) for lib in LIBRARIES}}
+            "rhnsearch_version": __version__,
+            **{f"{lib}_version": metadata.version(lib) for lib in LIBRARIES}}
     commit, dirty = git_commit()
     if commit:
-        tags.update({"mlflow.source.git.commit": commit, "rhnsearch.git_dirty": str(dirty)})
+        tags.update({COMMIT_TAG: commit, DIRTY_TAG: str(dirty)})
     return tags

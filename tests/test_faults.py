@@ -125,14 +125,17 @@ def test_resume_after_tune_deleted_the_checkpoint_its_saved_state_names(tmp_path
     wait_until(lambda: any(r.data.metrics.get("epoch", 0) >= 5 for r in child_runs(uri)),
                "MLflow shows epoch 5")
     sweep.stop()
-    (run,) = child_runs(uri)
-    logged = int(run.data.metrics["epoch"])
     directory = tmp_path / "results" / "sweeps" / sweep.name
+    held = {}  # epoch of each complete checkpoint (one the kill cut short has no file yet)
     for path in next(directory.glob("run_trial_*")).glob("checkpoint_*"):
-        held = torch.load(path / "trainer.pt", weights_only=True)["epoch"]
-        if held != logged:  # leave one, of an epoch the driver logged, as Tune leaves it:
+        if (path / "trainer.pt").exists():
+            held[path] = torch.load(path / "trainer.pt", weights_only=True)["epoch"]
+        else:
             shutil.rmtree(path)
-    (checkpoint,) = next(directory.glob("run_trial_*")).glob("checkpoint_*")
+    checkpoint = min(held, key=held.get)  # the one Tune registered; leave it alone, as the
+    for path in set(held) - {checkpoint}:  # race leaves it
+        shutil.rmtree(path)
+    logged = held[checkpoint]
     index = int(checkpoint.name[-6:])  # registered in place of the one the state names
     newer = checkpoint.rename(checkpoint.with_name(f"checkpoint_{index + 1:06d}"))
     ((trial_dir, named),) = stale_checkpoints(str(directory))

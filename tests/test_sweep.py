@@ -123,37 +123,40 @@ def test_sweep_through_a_real_mlflow_server(mlflow_server, tmp_path, data_dir):
     assert not (tmp_path / "results" / "mlflow.db").exists()  # nothing went to sqlite
 
 
-def test_driver_killed_then_resume_finishes_without_rerunning(tmp_path, data_dir):
+def test_driver_killed_then_resume_finishes_without_rerunning(tmp_path, data_dir, sweeps):
+    """SIGKILL the driver of a per-cell ASHA sweep once some trials ended: the resume keeps
+    the finished trials' runs as they were, stops again every trial the scheduler had
+    stopped (its rungs are in the storage) and closes the same parent run."""
     name = "killed"
-    cmd = [sys.executable, "-m", "rhnsearch.cli", "sweep", "run", str(JSB_SPACE), "--preset",
-           "smoke", "--data-dir", str(data_dir), "--name", name, "--set", "depths=[1,2]",
-           "--set", "scheduler.name=fifo"]
-    driver = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, start_new_session=True)
+    sweep = sweeps(tmp_path, name, data_dir, "--set", "depths=[1,2]")
     uri = f"sqlite:///{tmp_path / 'results/mlflow.db'}"
+    scheduler_state = tmp_path / "results" / "sweeps" / name / "scheduler" / "state.json"
     finished = {}
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and len(finished) < 2:
-        time.sleep(0.5)
+
+    def some_trials_ended():
+        nonlocal finished
         try:
             client = MlflowClient(uri)
             exp = client.get_experiment_by_name("jsb_optimization")
-            if exp:
-                finished = {r.data.tags["trial_id"]: r for r in client.search_runs(
-                    [exp.experiment_id], "tags.status = 'completed'")}
-        except Exception:
-            continue
-    assert len(finished) >= 2, "no trial finished in time"
-    driver.send_signal(signal.SIGKILL)
-    driver.wait()
+            finished = {r.data.tags["trial_id"]: r for r in client.search_runs(
+                [exp.experiment_id], "tags.kind = 'trial'")
+                if r.data.tags["status"] in ("completed", "stopped")}
+        except Exception:  # noqa: BLE001 - the store is being made
+            return False
+        stopped = json.loads(scheduler_state.read_text())["stopped"] \
+            if scheduler_state.exists() else {}
+        return len(finished) >= 3 and any(t in finished for t in stopped)
+    wait_until(some_trials_ended, "3 trials ended, one of them stopped by ASHA", 300)
+    sweep.stop()
+    stopped = json.loads(scheduler_state.read_text())["stopped"]
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("jsb_optimization")
     before = {t: (r.info.run_id, len(client.get_metric_history(r.info.run_id, "valid_loss")))
               for t, r in finished.items()}
     (parent,) = client.search_runs([exp.experiment_id], "tags.kind = 'sweep'")
     assert parent.info.status == "RUNNING"
-    completed = client.search_runs([exp.experiment_id], "tags.status = 'completed'")
-    assert len(completed) < 12, "every trial had finished before the kill"
+    ended = client.search_runs([exp.experiment_id], "tags.status != 'running'")
+    assert len(ended) < 12, "every trial had ended before the kill"
 
     proc = rhnsearch_cli("sweep", "resume", name, "--json", cwd=tmp_path)
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -162,6 +165,9 @@ def test_driver_killed_then_resume_finishes_without_rerunning(tmp_path, data_dir
     check_child_runs(client, runs, 12)
     for run in runs:
         trial = run.data.tags["trial_id"]
+        if trial in stopped:  # stopped before the kill: stopped at the same epoch after it
+            assert run.data.tags["status"] == "stopped"
+            assert int(run.data.tags["stopped_at_epoch"]) == stopped[trial]
         if trial in before:  # finished before the kill: same run, history untouched
             assert (run.info.run_id, len(client.get_metric_history(
                 run.info.run_id, "valid_loss"))) == before[trial]

@@ -13,6 +13,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ..errors import UserError
+from ..provenance import TAGS
 from . import arch_label, importance, plots, store, tables
 from .export import atomic, check_out, html_table
 
@@ -23,9 +24,6 @@ SECTIONS = {"header": "Sweep", "figure": "The study's figure", "table": "Measure
             "importance": "Hyperparameter importance", "provenance": "Provenance"}
 STUDY_FIGURE = {"jsb_optimization": "swarm", "ptb_budget": "depth", "ptb_hsg": "hsg"}
 STATUSES = ("completed", "stopped", "diverged", "failed", "running")
-PROVENANCE = ("mlflow.source.git.commit", "mlflow.source.name", "mlflow.user",
-              "rhnsearch_version", "torch_version", "ray_version", "mlflow_version",
-              "python_version")
 STYLE = """
 body { font: 15px/1.45 system-ui, sans-serif; color: #1a1a1a; margin: 0 auto; max-width: 1200px;
        padding: 0 1.5em 3em; background: #fff; }
@@ -180,10 +178,10 @@ def importances(trials: pd.DataFrame) -> str:
 def provenance(exp: store.Experiment, chosen: pd.Series, parent) -> str:
     """Where the numbers come from: the store, the parent run and its settings, and the
     provenance tags of the sweep's runs ("not recorded" when none carries one)."""
-    runs = [parent, *store._search(exp, f"tags.mlflow.parentRunId = '{chosen['run_id']}'")]
+    runs = [parent, *store.search(exp, f"tags.mlflow.parentRunId = '{chosen['run_id']}'")]
     keys = sorted({k for r in runs for k in r.data.tags if k.startswith("mlflow.source.")
-                   or k.endswith("_version")} | set(PROVENANCE),
-                  key=lambda k: (k not in PROVENANCE, k))
+                   or k.endswith("_version")} | set(TAGS),
+                  key=lambda k: (k not in TAGS, TAGS.index(k) if k in TAGS else 0, k))
     rows = [("tracking URI", exp.tracking_uri), ("experiment id", exp.id),
             ("parent run", chosen["run_id"]), ("artifacts", parent.info.artifact_uri)]
     rows += [(f"sweep {key}", value or "none")

@@ -3,7 +3,8 @@
 Runs come from MlflowClient.search_runs, 50,000 a page. Histories of a sqlite store come from
 one SELECT on its `metrics` table; of any other store (an MLflow server, another database),
 from get_metric_history per run and metric: 30x slower (benchmarks/export_speed.py).
-Columns follow mlflow.search_runs: ids and tags plain, then `params.*` and `metrics.*`.
+Columns follow mlflow.search_runs: ids and tags plain (with the provenance tags: git commit,
+library versions, where each trial trained), then `params.*` and `metrics.*`.
 """
 import json
 import sqlite3
@@ -16,6 +17,7 @@ import pandas as pd
 from mlflow.tracking import MlflowClient
 
 from ..errors import UserError
+from ..provenance import COMMIT_TAG, TAGS
 from ..tracking_store import check_store, resolve_tracking_uri
 
 ID_COLUMNS = ["experiment", "sweep", "parent_run_id", "run_id", "run_name", "trial_id",
@@ -26,6 +28,8 @@ FIRST_METRICS = ["epoch", "train_loss", "valid_loss", "best_valid_loss", "test_l
 NOT_SETTINGS = {"params.seed", "params.width", "params.n_params"}
 LOG_SPAN = 20  # a positive setting spanning more than this factor is read on a log scale
 SQL_MAX_FLOAT = 1.7976931348623157e308  # how MLflow's SQL stores +-inf
+# the tags that say what produced a run, as columns (rhnsearch.provenance)
+PROVENANCE = {tag: "git_commit" if tag == COMMIT_TAG else tag for tag in TAGS}
 
 
 @dataclass
@@ -53,7 +57,7 @@ def open_experiment(name: str, tracking_uri: str | None = None) -> Experiment:
     return Experiment(name, experiment.experiment_id, uri, client)
 
 
-def _search(exp: Experiment, filter_string: str) -> list:
+def search(exp: Experiment, filter_string: str) -> list:
     runs, token = [], None
     while True:
         page = exp.client.search_runs([exp.id], filter_string, max_results=50000,
@@ -70,7 +74,7 @@ def sweeps(exp: Experiment) -> pd.DataFrame:
              "study": r.data.tags.get("study"), "preset": r.data.tags.get("preset"),
              "dataset": r.data.params.get("dataset"), "start_time": r.info.start_time,
              "run_status": r.info.status}
-            for r in _search(exp, "tags.kind = 'sweep'")]
+            for r in search(exp, "tags.kind = 'sweep'")]
     return pd.DataFrame(rows, columns=["sweep", "run_id", "study", "preset", "dataset",
                                        "start_time", "run_status"]
                         ).sort_values("start_time", kind="stable").reset_index(drop=True)
@@ -122,7 +126,7 @@ def trials(exp: Experiment, sweep: str | None = None) -> pd.DataFrame:
     query = "tags.mlflow.parentRunId != ''"
     if sweep is not None:
         query += f" and tags.sweep = '{sweep}'"
-    runs = _search(exp, query)
+    runs = search(exp, query)
     if not runs:
         where = f"sweep {sweep!r} of experiment" if sweep else "experiment"
         raise UserError(f"{where} {exp.name!r} has no trial runs: run a sweep into it "
@@ -136,12 +140,13 @@ def trials(exp: Experiment, sweep: str | None = None) -> pd.DataFrame:
                     "trial_id": tags.get("trial_id"), "status": tags.get("status", "running"),
                     "stopped_at_epoch": tags.get("stopped_at_epoch"),
                     "run_status": run.info.status, "start_time": run.info.start_time,
-                    "end_time": run.info.end_time})
+                    "end_time": run.info.end_time,
+                    **{column: tags.get(tag) for tag, column in PROVENANCE.items()}})
         params.append(run.data.params)
         metrics.append(run.data.metrics)
-    frame = pd.DataFrame(ids, columns=ID_COLUMNS)
+    frame = pd.DataFrame(ids, columns=ID_COLUMNS + list(PROVENANCE.values()))
     for column in ("experiment", "sweep", "parent_run_id", "run_id", "run_name", "trial_id",
-                   "status", "run_status"):
+                   "status", "run_status", *PROVENANCE.values()):
         frame[column] = frame[column].astype("str")
     frame["stopped_at_epoch"] = pd.to_numeric(frame["stopped_at_epoch"]).astype("Int64")
     for column in ("start_time", "end_time"):

@@ -253,7 +253,7 @@ def finish(tuner, state: dict) -> dict:
 def drop_lost_runs(client: MlflowClient, state: dict, experiment_path: str):
     """Delete the runs of trials that a killed driver had started but Tune had not saved yet:
     the resumed sweep does not know them, and runs their settings again as new trials."""
-    trials = {trial.trial_id for trial in tune.ExperimentAnalysis(experiment_path).trials}
+    trials = tune_trial_ids(experiment_path)
     lost = [run for run in child_runs(client, state)
             if run.data.tags.get("trial_id") not in trials]
     for run in lost:
@@ -261,6 +261,18 @@ def drop_lost_runs(client: MlflowClient, state: dict, experiment_path: str):
     if lost:
         log.warning("deleted %d MLflow run(s) of trials the killed driver had started before "
                     "Tune saved them; the resumed sweep ran them again", len(lost))
+
+
+def tune_trial_ids(experiment_path: str) -> set[str]:
+    """The trials in Tune's saved experiment. (Its loader warns about trials that never
+    reported a result; that is not news here.)"""
+    loader = logging.getLogger("ray.tune.analysis.experiment_analysis")
+    level = loader.level
+    loader.setLevel(logging.ERROR)
+    try:
+        return {trial.trial_id for trial in tune.ExperimentAnalysis(experiment_path).trials}
+    finally:
+        loader.setLevel(level)
 
 
 def child_runs(client: MlflowClient, state: dict) -> list:

@@ -37,7 +37,7 @@ SKIP_RESULT_KEYS = {"status", "epoch", "done", "training_iteration", "trial_id",
                     "params"}
 PLACEMENT_KEYS = {"hostname": "host", "node_ip": "node_ip", "node_id": "node_id",
                   "device": "device", "gpu_ids": "gpu_ids",
-                  "torch_version": "torch.version"}  # result key -> run tag: where it trained
+                  "torch_version": "torch_version"}  # result key -> run tag: where it trained
 
 
 def get_experiment(client: MlflowClient, uri: str, name: str) -> str:
