@@ -31,6 +31,14 @@ def test_jsb_loss_falls_and_metrics_reach_the_callback(jsb):
     assert result["best_valid_loss"] == min(m["valid_loss"] for m in seen)
 
 
+def test_defaults_train_a_jsb_rhn_within_30_epochs(jsb):
+    """Only arch, depth and width given: the defaults reach the band where the JSB models
+    learn the chorales' structure (a model of the keys' marginal frequencies ends near 11)."""
+    config = TrialConfig(arch="rhn", depth=2, width=128, threads=1)
+    assert config.epochs <= 30
+    assert Trainer(config, jsb).fit()["best_valid_loss"] <= 8.8
+
+
 def test_same_seed_same_losses_other_seed_differs(jsb):
     a = Trainer(small(drop_i=0.2, drop_h=0.2), jsb)
     a.fit()
