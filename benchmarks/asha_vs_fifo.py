@@ -5,7 +5,7 @@ the cells by their best setting's best validation loss; last, one JSON line with
 "asha_trial_epochs", "fifo_trial_epochs", "ratio" (ASHA / FIFO) and "same_ranking".
 
     python benchmarks/asha_vs_fifo.py [--space spaces/jsb_optimization.yaml] [--preset cpu]
-        [--set samples=4 ...] [--data-dir ../shared/data]
+        [--set samples=4 ...] [--data-dir DIR]
 
 The MLflow store and the sweeps go to a fresh directory (--workdir, default a temporary one).
 """
@@ -37,7 +37,7 @@ def main(argv=None):
     parser.add_argument("--space", default=str(ROOT / "spaces" / "jsb_optimization.yaml"))
     parser.add_argument("--preset", default="cpu")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
-    parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"))
+    parser.add_argument("--data-dir", help="default: $RHNSEARCH_DATA_DIR or the user cache")
     parser.add_argument("--workdir", help="where results/ goes (default: a temporary dir)")
     args = parser.parse_args(argv)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="asha-vs-fifo-"))

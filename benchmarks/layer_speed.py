@@ -11,7 +11,7 @@ where the arch is not timed at that shape), the same for every arch, and "tokens
 The shapes: the two reference shapes (a JSB-like and a PTB-like layer) and the papers' PTB
 shapes (width 830 at depth 10, RHN paper; at depth 40, HSG paper).
 
-    python benchmarks/layer_speed.py [--data-dir ../shared/data] [--rounds 15]
+    python benchmarks/layer_speed.py [--data-dir DIR] [--rounds 15]
 
 On a machine shared with other jobs, `--threads 1 --clock thread` times the main thread's CPU
 time instead of the wall clock: much less sensitive to the other jobs (one thread only).
@@ -20,7 +20,6 @@ import argparse
 import json
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
@@ -30,7 +29,6 @@ from rhnsearch.models import CELLS, Recurrent
 from rhnsearch.models.fused import kernels
 from rhnsearch.train import Trainer, TrialConfig
 
-ROOT = Path(__file__).resolve().parents[1]
 ARCHS = ["rhn", "hsg", "dtrnn", "dtsrnn"]
 SHAPES = [dict(T=64, B=32, F=88, width=256, depth=6, archs=ARCHS, rounds=1.0),
           dict(T=35, B=20, F=256, width=512, depth=4, archs=ARCHS, rounds=1.0),
@@ -88,7 +86,7 @@ def time_layers(shape: dict, arch: str, rounds: int, clock) -> dict:
     return medians
 
 
-def epoch_speed(data_dir: Path) -> dict:
+def epoch_speed(data_dir: str | None) -> dict:
     """Training tokens per second of one full epoch, after one warm-up epoch (JSB: one token =
     one chorale time step)."""
     runs = {"jsb": dict(dataset="jsb", width=256, depth=6, batch_size=32),
@@ -96,7 +94,7 @@ def epoch_speed(data_dir: Path) -> dict:
                                bptt=35)}
     speeds = {}
     for dataset, options in runs.items():
-        data = load_dataset(dataset, data_dir, allow_fetch=False)
+        data = load_dataset(dataset, data_dir)
         for arch in ("rhn", "lstm"):
             config = dict(options, arch=arch, epochs=1, lr=0.1, drop_i=0.25, drop_o=0.25,
                           drop_h=0.25 if arch == "rhn" else 0.0)
@@ -117,7 +115,7 @@ def epoch_speed(data_dir: Path) -> dict:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"))
+    parser.add_argument("--data-dir", help="default: $RHNSEARCH_DATA_DIR or the user cache")
     parser.add_argument("--rounds", type=int, default=15, help="timed rounds per shape/arch")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--clock", choices=["wall", "thread"], default="wall",
@@ -156,7 +154,7 @@ def main(argv=None):
                   f"{m['ours'] * 1e3:>9.1f}{m['lstm'] * 1e3:>9.1f}{over_lstm:>11.2f}"
                   f"{naive_over:>12.2f}", flush=True)
     if not args.no_epochs:
-        speeds = epoch_speed(Path(args.data_dir))
+        speeds = epoch_speed(args.data_dir)
         for name, speed in speeds.items():
             print(f"training epoch {name}: {speed:,.0f} tokens/s")
         result["tokens_per_sec"] = {k: round(v, 1) for k, v in speeds.items()}

@@ -23,8 +23,9 @@ def run(concurrency: int, data_dir: str) -> dict:
         start = time.monotonic()
         proc = subprocess.run(
             [sys.executable, "-m", "rhnsearch.cli", "sweep", "run",
-             str(ROOT / "spaces/jsb_optimization.yaml"), "--preset", "smoke", "--data-dir",
-             data_dir, "--set", f"max_concurrent={concurrency}", "--name", "bench", "--json"],
+             str(ROOT / "spaces/jsb_optimization.yaml"), "--preset", "smoke",
+             *(["--data-dir", data_dir] if data_dir else []), "--set",
+             f"max_concurrent={concurrency}", "--name", "bench", "--json"],
             cwd=cwd, capture_output=True, text=True, check=True)
         total = time.monotonic() - start
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -38,7 +39,7 @@ def run(concurrency: int, data_dir: str) -> dict:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"))
+    parser.add_argument("--data-dir", help="default: $RHNSEARCH_DATA_DIR or the user cache")
     args = parser.parse_args()
     rows = [run(c, args.data_dir) for c in (1, 2)]
     print(f"{'conc':>4} {'trials':>6} {'command s':>9} {'trials s':>8} {'train s':>7} "

@@ -2,7 +2,9 @@
 sweeps of the session, and real Ray clusters of `ray start` nodes on loopback."""
 import functools
 import http.server
+import io
 import json
+import logging
 import os
 import shutil
 import signal
@@ -12,7 +14,7 @@ import sys
 import threading
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import psutil
@@ -73,6 +75,40 @@ def rhnsearch_cli(*args, cwd, timeout=900, check=True, env=None):
     if check and proc.returncode != 0:
         raise AssertionError(f"rhnsearch {' '.join(map(str, args))} exited "
                              f"{proc.returncode}:\n{err[-4000:]}\nstdout:\n{out[-3000:]}")
+    return result
+
+
+def rhnsearch_main(*args, cwd, env=None, check=True):
+    """Run the command line's `main` in this process (the same code as `rhnsearch ARGS`,
+    without a new interpreter's imports): for commands that start no Ray and set no global
+    state (results, analyze, budget, sweep check, --help). Logging goes to the captured
+    stderr, as main sets it up in a fresh process."""
+    from rhnsearch.cli import main
+    out, err, root = io.StringIO(), io.StringIO(), logging.getLogger()
+    handlers, level, before = root.handlers[:], root.level, os.getcwd()
+    saved = {k: os.environ.get(k) for k in (env or {})}
+    root.handlers = []
+    os.environ.update(env or {})
+    os.chdir(cwd)
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                code = main([str(a) for a in args])
+            except SystemExit as exc:  # argparse: --help, usage errors
+                code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        os.chdir(before)
+        root.handlers, root.level = handlers, level
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    result = subprocess.CompletedProcess(["rhnsearch", *map(str, args)], code, out.getvalue(),
+                                         err.getvalue())
+    if check and code != 0:
+        raise AssertionError(f"rhnsearch {' '.join(map(str, args))} exited {code}:\n"
+                             f"{result.stderr[-4000:]}\nstdout:\n{result.stdout[-3000:]}")
     return result
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from ray.tune import ExperimentAnalysis
 
-from conftest import rhnsearch_cli
+from conftest import rhnsearch_main
 from rhnsearch.analysis.checkpoint import load_trainer, log_model
 from rhnsearch.analysis.gates import activity_table, gate_activity, hsg_gate_values
 from rhnsearch.analysis.lesion import LESION_BIAS, lesion
@@ -159,7 +159,7 @@ def test_hsg_gate_values_cover_every_unit_and_real_step(jsb_smoke, data_dir, smo
 
 
 def analyze(jsb_smoke, data_dir, tmp_path, *args, check=True):
-    return rhnsearch_cli("analyze", *args, "--tracking-uri", jsb_smoke.tracking_uri,
+    return rhnsearch_main("analyze", *args, "--tracking-uri", jsb_smoke.tracking_uri,
                          "--data-dir", data_dir, "--out", tmp_path, "--json",
                          cwd=jsb_smoke.cwd, check=check)
 

@@ -456,12 +456,13 @@ def test_a_silent_tracking_server_does_not_stall_the_sweep(mlflow_srv, tmp_path,
     a healthy server, every record arrives once, each trial has one run, both sweeps close."""
     relay = Relay(mlflow_srv.port)
     uri = f"http://127.0.0.1:{relay.port}"
+    two_archs = ["--set", "archs=[rhn, dtrnn]"]  # 16 trials
     healthy = rhnsearch_cli("sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir",
                             data_dir, "--tracking-uri", uri, "--name", "healthy", "--json",
-                            cwd=tmp_path, timeout=600)
+                            *two_archs, cwd=tmp_path, timeout=600)
     healthy = json.loads(healthy.stdout.strip().splitlines()[-1])
-    sweep = sweeps(tmp_path, "silent", data_dir, "--tracking-uri", uri)
-    wait_until(lambda: len(child_runs(mlflow_srv.uri)) > 24, "the second sweep's first run")
+    sweep = sweeps(tmp_path, "silent", data_dir, "--tracking-uri", uri, *two_archs)
+    wait_until(lambda: len(child_runs(mlflow_srv.uri)) > 16, "the second sweep's first run")
     relay.hold()
     time.sleep(12)
     assert sweep.proc.poll() is None, "the sweep ended while the server was silent"
@@ -478,7 +479,7 @@ def test_a_silent_tracking_server_does_not_stall_the_sweep(mlflow_srv, tmp_path,
         assert parent.info.status == "FINISHED"
         runs = client.search_runs([experiment], "tags.mlflow.parentRunId = "
                                   f"'{parent.info.run_id}'")
-        check_child_runs(client, runs, 24)  # one run per trial
+        check_child_runs(client, runs, 16)  # one run per trial
         for run in runs:
             steps = [m.step for m in client.get_metric_history(run.info.run_id, "valid_loss")]
             assert steps == list(range(1, int(run.data.metrics["epoch"]) + 1)), steps
@@ -491,8 +492,8 @@ def test_trials_on_fake_gpus_are_placed_and_refused_without_cuda(tmp_path, data_
     1; with RHNSEARCH_ALLOW_CPU_FALLBACK=1 they train on the CPU and the sweep exits 0."""
     args = ["sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir", data_dir,
             "--storage-path", tmp_path / "storage", "--set", "resources={cpu: 1, gpu: 0.25}",
-            "--set", "archs=[rhn]", "--set", "scheduler.name=fifo", "--set", "samples=3",
-            "--set", "fixed.epochs=3", "--json"]
+            "--set", "archs=[rhn]", "--set", "depths=[1, 2]", "--set", "scheduler.name=fifo",
+            "--set", "samples=4", "--set", "fixed.epochs=3", "--json"]
     with ray_cluster() as cluster:
         cluster.head(cpus=8, gpus=2)
         refused = rhnsearch_cli(*args, "--address", cluster.gcs, "--name", "no-cuda",
@@ -501,7 +502,7 @@ def test_trials_on_fake_gpus_are_placed_and_refused_without_cuda(tmp_path, data_
                                  cwd=tmp_path, timeout=600,
                                  env={**cluster.env, "RHNSEARCH_ALLOW_CPU_FALLBACK": "1"})
     summary = json.loads(refused.stdout.strip().splitlines()[-1])
-    assert refused.returncode == 1 and summary["failed"] == 12, refused.stderr[-3000:]
+    assert refused.returncode == 1 and summary["failed"] == 8, refused.stderr[-3000:]
     uri = f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("jsb_optimization").experiment_id
@@ -511,7 +512,7 @@ def test_trials_on_fake_gpus_are_placed_and_refused_without_cuda(tmp_path, data_
         assert error.startswith("RuntimeError: Ray gave this trial GPU") and "\n" not in error
         assert "sees no CUDA device" in error and "RHNSEARCH_ALLOW_CPU_FALLBACK" in error
     summary = json.loads(fallback.stdout.strip().splitlines()[-1])
-    assert fallback.returncode == 0 and summary["completed"] == 12
+    assert fallback.returncode == 0 and summary["completed"] == 8
     runs = client.search_runs([experiment], "tags.sweep = 'cpu-fallback' and "
                               "tags.kind = 'trial'")
     assert {r.data.tags["gpu_ids"] for r in runs} == {"0", "1"}

@@ -20,7 +20,7 @@ import optuna
 import pytest
 from PIL import Image
 
-from conftest import ROOT, SmokeSweep, rhnsearch_cli
+from conftest import ROOT, SmokeSweep, rhnsearch_cli, rhnsearch_main
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = Path(os.environ.get("RHNSEARCH_TEST_ARTIFACTS", ROOT / "results" / "test-artifacts"))
@@ -72,8 +72,8 @@ class Page(HTMLParser):
 
 
 def results(sweep: SmokeSweep, *args, check=True):
-    return rhnsearch_cli("results", *args, "--tracking-uri", sweep.tracking_uri, cwd=sweep.cwd,
-                         check=check)
+    return rhnsearch_main("results", *args, "--tracking-uri", sweep.tracking_uri, cwd=sweep.cwd,
+                          check=check)
 
 
 def one_line_error(proc, *words):
@@ -91,8 +91,9 @@ def pages(jsb_smoke, jsb_diverging, ptb_budget_smoke, ptb_hsg_smoke, tmp_path_fa
     made = {}
     for sweep in (jsb_smoke, jsb_diverging, ptb_budget_smoke, ptb_hsg_smoke):
         path = out / f"{sweep.experiment}.html"
-        proc = results(sweep, "report", "--experiment", sweep.experiment, "--top", "3",
-                       "--out", path)
+        proc = rhnsearch_cli("results", "report", "--experiment", sweep.experiment, "--top",
+                             "3", "--out", path, "--tracking-uri", sweep.tracking_uri,
+                             cwd=sweep.cwd)
         assert proc.stderr.strip().splitlines()[-1] == f"wrote {path}"
         made[sweep.experiment] = path
     assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in made.values())
@@ -159,6 +160,30 @@ def test_jsb_report_has_the_jsb_table(pages, jsb_smoke):
                   and r.data.tags["status"] in ("completed", "stopped")]
         if losses:
             assert float(row["best train_loss"]) == pytest.approx(min(losses), rel=1e-3)
+
+
+def test_jsb_report_states_the_finding_and_measures_it(pages, jsb_smoke):
+    """The paper's statement, then per arch its best valid loss at depth 1 and 6 and its gap
+    to the best RHN at depth 6, each recomputed here from the runs."""
+    text = pages["jsb_optimization"].read_text()
+    assert "Figure 4" in text and "DT(S)-RNN" in text
+    best = {}
+    for run in jsb_smoke.child_runs():
+        if run.data.tags["status"] in ("completed", "stopped"):
+            key = (run.data.params["arch"], int(run.data.params["depth"]))
+            best[key] = min(best.get(key, math.inf), run.data.metrics["best_valid_loss"])
+    rows = Page(text).table_rows("finding-table")
+    codes = {"RHN": "rhn", "DT-RNN": "dtrnn", "DT(S)-RNN": "dtsrnn"}
+    assert [r["arch"] for r in rows] == ["RHN", "DT-RNN", "DT(S)-RNN"]
+    def shown(value: str) -> float:
+        return math.nan if value == "–" else float(value)  # a cell with no finished setting
+    for row in rows:
+        arch = codes[row["arch"]]
+        expected = [best.get((arch, 1), math.nan), best.get((arch, 6), math.nan),
+                    best.get((arch, 6), math.nan) - best.get(("rhn", 6), math.nan)]
+        measured = [shown(row[k]) for k in ("best at depth 1", "best at depth 6",
+                                            "gap to RHN at depth 6")]
+        assert measured == pytest.approx(expected, abs=2e-3, nan_ok=True), row
 
 
 def test_ptb_reports_hold_the_published_numbers(pages):

@@ -10,14 +10,14 @@ import pyarrow.parquet as pq
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import SmokeSweep, rhnsearch_cli
+from conftest import SmokeSweep, rhnsearch_main
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def results(sweep: SmokeSweep, *args, check=True):
-    """`rhnsearch results ARGS` in a fresh process, on the sweep's store."""
-    return rhnsearch_cli("results", *args, "--tracking-uri", sweep.tracking_uri,
+    """`rhnsearch results ARGS` on the sweep's store (no sweep object: the store alone)."""
+    return rhnsearch_main("results", *args, "--tracking-uri", sweep.tracking_uri,
                          cwd=sweep.cwd, check=check)
 
 
@@ -114,7 +114,7 @@ def test_export_errors_are_one_line_and_nothing_is_overwritten(jsb_smoke, tmp_pa
                    "jsb_optimization")
     empty_store = f"sqlite:///{tmp_path / 'empty.db'}"
     MlflowClient(empty_store).create_experiment("empty_study")
-    proc = rhnsearch_cli("results", "export", "--experiment", "empty_study", "--tracking-uri",
+    proc = rhnsearch_main("results", "export", "--experiment", "empty_study", "--tracking-uri",
                          empty_store, "--out", tmp_path / "x.csv", cwd=tmp_path, check=False)
     one_line_error(proc, "empty_study", "no trial runs")
     one_line_error(results(jsb_smoke, "export", "--experiment", "jsb_optimization", "--out",

@@ -11,7 +11,7 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import JSB_SPACE, ROOT, free_port, rhnsearch_cli, wait_until
+from conftest import JSB_SPACE, ROOT, free_port, rhnsearch_cli, rhnsearch_main, wait_until
 from rhnsearch.search.searchers import load_study
 
 STATUSES = {"completed", "stopped", "diverged", "failed"}
@@ -282,7 +282,7 @@ def test_every_command_has_help():
                  ["sweep", "logs", "--help"], ["sweep", "status", "--help"],
                  ["sweep", "check", "--help"], ["train", "--help"], ["budget", "--help"],
                  ["data", "fetch", "--help"], ["ui", "--help"]):
-        proc = rhnsearch_cli(*args, cwd=ROOT)
+        proc = rhnsearch_main(*args, cwd=ROOT)
         assert "usage: rhnsearch" in proc.stdout
 
 
@@ -335,3 +335,21 @@ def test_gpu_space_on_a_cpu_only_local_ray_is_one_line(tmp_path, data_dir):
                          timeout=300)
     assert proc.returncode == 2 and "resources.gpu=0" in proc.stderr
     assert proc.stderr.strip().count("\n") == 0, proc.stderr
+
+
+def test_check_solves_word_widths_for_the_datas_vocabulary(data_dir, tmp_path):
+    """`sweep check` lists the widths the sweep will train: solved for the data's own
+    vocabulary when the data is at hand, and says so when it is not."""
+    from rhnsearch.data import load_dataset
+    from rhnsearch.search.space import load_space
+    space = ROOT / "spaces" / "ptb_budget.yaml"
+    vocab = len(load_dataset("ptb-sample", data_dir, allow_fetch=False).vocab)
+    for where, size, lines in ((data_dir, vocab, 1), (tmp_path, 10000, 2)):
+        proc = rhnsearch_main("sweep", "check", space, "--preset", "cpu", "--data-dir", where,
+                              cwd=tmp_path)
+        listed = proc.stdout.strip().splitlines()[lines:]
+        expected = load_space(space, "cpu").cells(size).values()
+        assert [int(line.split("width")[1].split()[0]) for line in listed] == [
+            c["width"] for c in expected]
+        assert all(abs(c["params"] - 1.5e6) < 0.01 * 1.5e6 for c in expected)
+    assert "not in the data dir" in proc.stdout and vocab != 10000

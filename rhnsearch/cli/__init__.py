@@ -2,6 +2,7 @@
 library (argparse and printing live here only); bad input ends in one line, exit code 2."""
 import argparse
 import logging
+import os
 import sys
 
 from .. import __version__
@@ -40,3 +41,6 @@ def main(argv=None):
     except KeyboardInterrupt:
         print("rhnsearch: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`| head`): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

@@ -1,6 +1,8 @@
 """`rhnsearch sweep ...` commands."""
 import sys
 
+from ..errors import UserError
+
 SPACE_HELP = "search space YAML, e.g. spaces/jsb_optimization.yaml"
 STORAGE_HELP = ("where Tune's state and the checkpoints go: a directory every node sees or a "
                 "bucket URI (s3://, gs://); default $RHNSEARCH_STORAGE, else results/sweeps "
@@ -55,6 +57,8 @@ def add_sweep(sub):
     check.add_argument("--preset", help="a preset of the space")
     check.add_argument("--set", dest="overrides", action="append", default=[],
                        metavar="KEY=VALUE", help="override a space field")
+    check.add_argument("--data-dir", help="data dir (default: $RHNSEARCH_DATA_DIR or user "
+                       "cache): word widths are solved for its vocabulary if it is there")
     check.set_defaults(run=cmd_check)
 
     submit = ssub.add_parser("submit", help="submit a sweep as a Ray Job",
@@ -117,11 +121,18 @@ def cmd_resume(args):
 
 
 def cmd_check(args):
+    from ..data import load_dataset
     from ..search.space import load_space
     space = load_space(args.space, args.preset, args.overrides)
     print(f"{space.study}: {space.num_trials} trials, dataset {space.dataset}, search "
           f"{space.search}, scheduler {space.scheduler.name}, {space.epochs} epochs max")
-    for cell in space.cells().values():
+    try:  # word widths depend on the vocabulary: the data's own, if it is at hand
+        data = load_dataset(space.dataset, args.data_dir, allow_fetch=False)
+    except UserError:
+        data = None
+        print(f"  ({space.dataset} is not in the data dir: word widths are solved for a "
+              "10,000-word vocabulary; a sweep solves them for the data's own)")
+    for cell in space.cells(len(getattr(data, "vocab", ())) or 10000).values():
         print(f"  {cell['arch']:>7} depth {cell['depth']:>2} tied {str(cell['tied']):5} "
               f"width {cell['width']:>5} params {cell['params']:>11,}")
 

@@ -108,6 +108,18 @@ def swarm(sweep: pd.Series, trials: pd.DataFrame, metric: str = "train_loss") ->
                   + ["diverged"])
     ax.set_xlabel("recurrence depth")
     ax.set_ylabel(f"{metric} reached ({_unit(trials)})")
+    swarm_legend(ax, trials, archs, colors, clip, above["loss"], len(points))
+    notes = ", ".join(f"{n} {'stopped early' if s == 'stopped' else s}"
+                      for s, n in trials["status"].value_counts().items() if s != "diverged")
+    ax.set_title(_title(sweep, trials, f"Loss each random setting reached ({notes})"),
+                 fontsize=10)
+    return fig
+
+
+def swarm_legend(ax, trials: pd.DataFrame, archs: list, colors: dict, clip: float,
+                 above: pd.Series, shown: int):
+    """The swarm's legend: each arch with its divergences, then each kind of marker counted."""
+    diverged = trials["status"].eq("diverged")
     handles = [Line2D([], [], marker="o", linestyle="", color=colors[a],
                       label=f"{arch_label(a)}: {int(diverged[trials['params.arch'] == a].sum())}"
                       f" of {int((trials['params.arch'] == a).sum())} diverged")
@@ -118,18 +130,12 @@ def swarm(sweep: pd.Series, trials: pd.DataFrame, metric: str = "train_loss") ->
                 Line2D([], [], marker="o", linestyle="", color="white", markeredgecolor="black",
                        label=f"hollow: stopped early by ASHA ({counts.get('stopped', 0)})"),
                 Line2D([], [], marker="^", linestyle="", color="white", markeredgecolor="black",
-                       label=f"above {clip:.4g} (at the top edge): {len(above)} of "
-                       f"{len(points)}" + (f", up to {above['loss'].max():.4g}"
-                                          if len(above) else "")),
+                       label=f"above {clip:.4g} (at the top edge): {len(above)} of {shown}"
+                       + (f", up to {above.max():.4g}" if len(above) else "")),
                 Line2D([], [], marker="X", linestyle="", color="white", markeredgecolor="black",
                        label=f"diverged (at top): {int(diverged.sum())} of {len(trials)}")]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8,
               frameon=False)
-    notes = ", ".join(f"{n} {'stopped early' if s == 'stopped' else s}"
-                      for s, n in counts.items() if s != "diverged")
-    ax.set_title(_title(sweep, trials, f"Loss each random setting reached ({notes})"),
-                 fontsize=10)
-    return fig
 
 
 def hollow_stopped(ax, stopped_losses: pd.Series):

@@ -1,4 +1,4 @@
-"""The published numbers the studies are held against, on full PTB (docs/studies.md)."""
+"""The published numbers and findings the studies are held against (docs/studies.md)."""
 import pandas as pd
 
 RHN_PAPER = "Zilly et al. 2017, authors' README"
@@ -22,3 +22,9 @@ PTB_HSG = pd.DataFrame({
     "test_hsg": [65.0, 62.9, 62.0, 61.7],
     "test": [65.4, 63.2, 63.4, 63.6],
 }).set_index("depth")
+
+# RHN paper, section 5.1 and Figure 4 (JSB Chorales), in our words.
+JSB_FINDING = ("RHN paper (section 5.1, Figure 4): with random optimization settings, the best "
+               "RHNs do not get worse as the recurrence gets deeper, while DT-RNN and DT(S)-RNN "
+               "settings spread out and get worse at depths 4 and 6, many of them failing to "
+               "train or diverging.")

@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 
 from ..errors import UserError
 from ..provenance import TAGS
-from . import arch_label, importance, plots, store, tables
+from . import arch_label, importance, plots, published, store, tables
 from .export import atomic, check_out, html_table
 
 log = logging.getLogger("rhnsearch")
@@ -126,10 +126,16 @@ def study_table(chosen: pd.Series, trials: pd.DataFrame) -> str:
     """The study's table (measured next to published), or per (arch, depth) counts and
     losses for a study with no published numbers."""
     study = chosen["study"]
+    if study == "jsb_optimization" and trials["params.depth"].nunique() > 1:
+        finding = note(published.JSB_FINDING) + html_table(
+            tables.jsb_finding(trials), "Measured on this sweep: each architecture's best "
+            "best_valid_loss (nats per time step) at the shallowest and deepest depth.",
+            "finding-table")
+    else:
+        finding = ""
     if study in tables.STUDIES:
-        return html_table(tables.build(study, trials), tables.caption(study, chosen, trials,
-                                                                      "train_loss"),
-                          "study-table")
+        return finding + html_table(tables.build(study, trials), tables.caption(
+            study, chosen, trials, "train_loss"), "study-table")
     return html_table(tables.jsb_optimization(trials), f"{study}: settings, how they ended "
                       "and train_loss per architecture and depth (no published numbers for "
                       "this study).", "study-table")

@@ -109,6 +109,22 @@ def jsb_optimization(trials: pd.DataFrame, metric: str = "train_loss") -> pd.Dat
          "diverged": "Int64", "failed": "Int64"})
 
 
+def jsb_finding(trials: pd.DataFrame, metric: str = "best_valid_loss") -> pd.DataFrame:
+    """The RHN paper's JSB finding, measured: per arch, its best METRIC at the shallowest and
+    the deepest depth, the change with depth, and at the deepest depth its gap to the best
+    RHN (positive: worse than RHN)."""
+    ok = trials[finished(trials, metric)]
+    best = ok.groupby(["params.arch", "params.depth"])[f"metrics.{metric}"].min().unstack()
+    shallow, deep = min(best.columns), max(best.columns)
+    rows = [{"arch": arch_label(arch), f"best at depth {shallow}": best.at[arch, shallow],
+             f"best at depth {deep}": best.at[arch, deep],
+             "change with depth": best.at[arch, deep] - best.at[arch, shallow],
+             f"gap to RHN at depth {deep}": best.at[arch, deep] - best.at["rhn", deep]
+             if "rhn" in best.index else float("nan")}
+            for arch in sorted(best.index, key=arch_order)]
+    return pd.DataFrame(rows)
+
+
 def caption(study: str, sweep: pd.Series, trials: pd.DataFrame, metric: str) -> str:
     ds = sweep_dataset(trials)
     where = f"{study}, sweep {sweep['sweep']} (preset {sweep['preset']}, {len(trials)} trials)"

@@ -148,35 +148,47 @@ def run_sweep(space_path, preset=None, overrides=(), address=None, search=None,
              "storage": root, "trials": len(cells) * space.samples, "cells": cells,
              "space": space.model_dump(mode="json")}
     write_state(experiment_path, state)
-    for key, value in [("space", space_path.name), ("preset", preset or "base"),
-                       ("search", search), ("scheduler", scheduler),
-                       ("trials", state["trials"]), ("dataset", space.dataset),
-                       ("seed", space.seed), ("overrides", " ".join(overrides)),
-                       ("storage", root)]:
-        client.log_param(parent.info.run_id, key, value)
-    client.log_dict(parent.info.run_id, state["space"], "space.json")
+    log_sweep_params(client, state, space)
+    return finish(build_tuner(space, state, experiment_path), state)
+
+
+def log_sweep_params(client: MlflowClient, state: dict, space: Space):
+    """The sweep's settings as params of its parent run, and the whole space as space.json."""
+    run_id = state["parent_run_id"]
+    for key, value in [("space", Path(state["space_path"]).name),
+                       ("preset", state["preset"] or "base"), ("search", state["search"]),
+                       ("scheduler", state["scheduler"]), ("trials", state["trials"]),
+                       ("dataset", space.dataset), ("seed", space.seed),
+                       ("overrides", " ".join(state["overrides"])),
+                       ("storage", state["storage"])]:
+        client.log_param(run_id, key, value)
+    client.log_dict(run_id, state["space"], "space.json")
+
+
+def build_tuner(space: Space, state: dict, experiment_path: str) -> tune.Tuner:
+    """The Tuner of a new sweep: its searcher, scheduler, MLflow callback and storage."""
+    name, cells = state["name"], state["cells"]
     constants = {"threads": max(1, int(space.resources.cpu)), **space.fixed,
-                 "dataset": space.dataset, "data_dir": str(data_root),
-                 "preset": preset or "base", "study": space.study}
-    param_space, search_alg, num_samples = build_search(space, list(cells), constants, search,
-                                                        experiment_path, name)
-    tracker = MLflowTracker(uri, experiment_id, parent.info.run_id, name,
-                            journal_dir(experiment_path, name), cells)
-    tuner = tune.Tuner(
+                 "dataset": space.dataset, "data_dir": state["data_dir"],
+                 "preset": state["preset"] or "base", "study": space.study}
+    param_space, search_alg, num_samples = build_search(space, list(cells), constants,
+                                                        state["search"], experiment_path, name)
+    tracker = MLflowTracker(state["tracking_uri"], state["experiment_id"],
+                            state["parent_run_id"], name, journal_dir(experiment_path, name),
+                            cells)
+    scheduler = build_scheduler(space, state["scheduler"],
+                                storage.join(experiment_path, SCHEDULER_STATE_FILE))
+    return tune.Tuner(
         trainable(space, cells),
         param_space=param_space,
         tune_config=tune.TuneConfig(metric=METRIC, mode=MODE, search_alg=search_alg,
-                                    scheduler=build_scheduler(
-                                        space, scheduler,
-                                        storage.join(experiment_path, SCHEDULER_STATE_FILE)),
-                                    num_samples=num_samples,
+                                    scheduler=scheduler, num_samples=num_samples,
                                     max_concurrent_trials=space.max_concurrent or None,
                                     reuse_actors=True),
         run_config=tune.RunConfig(
-            name=name, storage_path=root, callbacks=[tracker],
+            name=name, storage_path=state["storage"], callbacks=[tracker],
             failure_config=tune.FailureConfig(max_failures=2),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=1), verbose=1))
-    return finish(tuner, state)
 
 
 def resume_sweep(name: str, address: str | None = None, storage_path: str | None = None) \
