@@ -38,7 +38,7 @@ class Task:
         """Parameters outside the recurrent layer: input embedding and output head."""
         raise NotImplementedError
 
-    def check(self, tied: bool):
+    def check(self, tied: bool, loss_per: str = "step"):
         """A UserError for a setting the task does not have."""
 
     def uniform_loss(self, vocab: int) -> float:
@@ -78,9 +78,12 @@ class PianoRolls(Task):
     def io_params(self, width, vocab, tied):
         return width * KEYS + KEYS
 
-    def check(self, tied):
+    def check(self, tied, loss_per="step"):
         if tied:
             raise UserError("weight tying is for word tasks: set tied to false for jsb")
+        if loss_per != "step":
+            raise UserError(f"loss_per={loss_per!r}: chorales differ in length, so jsb "
+                            "averages its loss per time step; use loss_per step")
 
     def uniform_loss(self, vocab):
         return KEYS * math.log(2)

@@ -58,6 +58,9 @@ class TrialConfig:
     threads: int = 0              # torch threads; 0 leaves torch's default
     device: str = "auto"          # auto (CUDA if present) | cpu | cuda
     backend: str = "auto"         # auto | reference | fused: how the cell's loop runs
+    loss_per: str = "step"        # step: the loss each update descends is the mean per time
+    #   step; window (words): summed over a window's steps and averaged over the batch, as in
+    #   the RHN authors' PTB code, so that their lr, clip and weight decay mean the same here
 
     @classmethod
     def from_dict(cls, values: dict) -> "TrialConfig":
@@ -96,8 +99,10 @@ class TrialConfig:
             bad("lr", "must be positive")
         if not 0.0 < self.train_fraction <= 1.0:
             bad("train_fraction", "must be in (0, 1]")
+        if self.loss_per not in ("step", "window"):
+            bad("loss_per", "use step or window")
         check_arch(self.arch, self.depth, self.width, self.drop_h)
-        get_task(self.task).check(self.tied)
+        get_task(self.task).check(self.tied, self.loss_per)
         return self
 
 
@@ -176,8 +181,8 @@ class Trainer:
             logits, state = self.model(x, state)
             state = detach_state(state)
             loss_sum, n = self.model.loss_sum(logits, y, mask)
-            loss = loss_sum / n
-            value = loss.item()
+            loss = loss_sum / (self.config.batch_size if self.config.loss_per == "window" else n)
+            value = loss_sum.item() / n
             if math.isfinite(value):
                 self.last_finite_loss = value
             if not math.isfinite(value) or value > self.max_loss:

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from rhnsearch.errors import UserError
 from rhnsearch.train import Trainer, TrialConfig
 
 
@@ -72,6 +73,23 @@ def test_divergence_is_a_result_not_an_exception(jsb):
     assert result["status"] == "diverged"
     assert seen[-1]["status"] == "diverged" and len(seen) < 5
     assert math.isfinite(result["train_loss"])
+
+
+def test_loss_per_window_is_the_authors_sum_over_a_windows_steps(ptb_sample):
+    """loss_per=window descends the loss summed over a window's steps and averaged over the
+    batch (the RHN authors' PTB cost): one plain SGD step at lr L moves the weights as a
+    per-step-mean step at lr L * T, T the window's length."""
+    base = dict(dataset="ptb-sample", arch="rhn", depth=2, width=16, epochs=1, bptt=400,
+                batch_size=4, train_fraction=0.02, momentum=0.0, clip=0.0, threads=1, seed=1)
+    window = Trainer(TrialConfig(**base, lr=0.01, loss_per="window"), ptb_sample)
+    (x, _, _), = list(window._batches("train", shuffle=False))  # one window of T steps
+    step = Trainer(TrialConfig(**base, lr=0.01 * x.shape[0]), ptb_sample)
+    window.train_epoch(), step.train_epoch()
+    moved = [(a - b).abs().max().item() for a, b in zip(window.model.parameters(),
+                                                        step.model.parameters())]
+    assert max(moved) < 1e-5 and x.shape[0] > 100
+    with pytest.raises(UserError, match="loss_per='window'.*use loss_per step"):
+        TrialConfig(loss_per="window").validate()
 
 
 def test_ptb_sample_reports_perplexity_and_lr_decay(ptb_sample):
