@@ -94,7 +94,7 @@ def test_bad_space_is_one_line_and_writes_nothing(case, tmp_path, monkeypatch, c
 @pytest.mark.parametrize("text,preset,expected", [
     ("archs: [rhn\n", None, "line 2: not valid YAML"),
     ("- rhn\n- lstm\n", None, "a search space is a YAML mapping of fields"),
-    (JSB_SPACE.read_text(), "huge", "no preset 'huge'; this space has paper, smoke"),
+    (JSB_SPACE.read_text(), "huge", "no preset 'huge'; this space has paper, cpu, smoke"),
     (None, None, "not found"),
 ])
 def test_bad_space_file_is_one_line(text, preset, expected, tmp_path, monkeypatch, capsys):
