@@ -189,8 +189,8 @@ def _history_sql(uri: str, run_ids: list) -> pd.DataFrame:
     path = Path(uri.removeprefix("sqlite:///")).resolve()
     with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
         rows = db.execute("SELECT run_uuid, key, step, value, is_nan FROM metrics WHERE "
-                          "run_uuid IN (SELECT value FROM json_each(?)) AND key != 'epoch' AND step >= 1 "
-                          "ORDER BY timestamp", (json.dumps(run_ids),)).fetchall()
+                          "run_uuid IN (SELECT value FROM json_each(?)) AND key != 'epoch' "
+                          "AND step >= 1 ORDER BY timestamp", (json.dumps(run_ids),)).fetchall()
     long = pd.DataFrame.from_records(rows, columns=["run_id", "key", "step", "value", "is_nan"])
     long["value"] = unclipped(long["value"].astype("float64").where(long["is_nan"] == 0))
     return long[["run_id", "key", "step", "value"]]
