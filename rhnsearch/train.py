@@ -26,7 +26,7 @@ CHECKPOINT_FILE = "trainer.pt"
 class TrialConfig:
     """Everything one trial needs; logged with the run, so the run can be redone from it.
 
-    The optimizer defaults train JSB models (RHN depth 2 width 128: valid 8.72 nats per step
+    The optimizer defaults train JSB models (RHN depth 2 width 128: valid 8.71 nats per step
     in 30 epochs): SGD with momentum at the best RHN settings of the `cpu` JSB study, on
     batches of 8 (docs/studies.md). The studies fix their own settings in their spaces."""
     dataset: str = "jsb"          # jsb | ptb | ptb-sample
