@@ -114,3 +114,16 @@ def test_every_module_has_a_docstring():
 def test_public_api():
     for name in rhnsearch.__all__:
         assert getattr(rhnsearch, name) is not None, name
+
+
+def test_only_the_tasks_module_branches_on_a_task_name():
+    offenders = []
+    for name, tree in modules().items():
+        if name == "rhnsearch.tasks":
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare) and any(
+                    isinstance(side, ast.Constant) and side.value in ("jsb", "ptb")
+                    for side in [node.left, *node.comparators]):
+                offenders.append(f"{name}:{node.lineno}")
+    assert offenders == []

@@ -4,6 +4,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
+from ..tasks import TASKS
 from ..train import TrialConfig
 from .output import print_json
 
@@ -12,7 +13,8 @@ def add_train(sub):
     p = sub.add_parser("train", help="train one configuration and print its metrics",
                        description="Train one configuration epoch by epoch; progress on "
                        "stderr, final metrics as JSON on the last stdout line with --json.")
-    p.add_argument("--task", choices=["jsb", "ptb"], help="jsb, or ptb (= --dataset ptb)")
+    p.add_argument("--task", choices=sorted(TASKS),
+                   help="train on the task's own dataset (jsb or ptb) unless --dataset is given")
     p.add_argument("--data-dir", help="data dir (default: $RHNSEARCH_DATA_DIR or user cache)")
     p.add_argument("--checkpoint-dir", help="save the trainer here each epoch; resume from it")
     p.add_argument("--json", action="store_true", help="print final metrics as one JSON line")
@@ -32,7 +34,7 @@ def run_train(args):
     from ..train import CHECKPOINT_FILE, Trainer
 
     values = {f.name: getattr(args, f.name) for f in fields(TrialConfig)}
-    if args.task and args.task != "jsb" and values["dataset"] == "jsb":
+    if args.task and values["dataset"] == TrialConfig.dataset:  # --dataset not given
         values["dataset"] = args.task
     config = TrialConfig(**values).validate()
     trainer = Trainer(config, load_dataset(config.dataset, args.data_dir))
@@ -60,7 +62,7 @@ def add_budget(sub):
     p = sub.add_parser("budget", help="widths that fit a parameter budget, per depth",
                        description="Solve the width whose parameter count is nearest the "
                        "budget, for each depth.")
-    p.add_argument("--task", choices=["jsb", "ptb"], required=True)
+    p.add_argument("--task", choices=sorted(TASKS), required=True)
     p.add_argument("--arch", required=True, help="rhn, hsg, dtrnn, dtsrnn or lstm")
     p.add_argument("--depths", required=True, help="e.g. 1-10 or 1,2,4,6")
     p.add_argument("--params", required=True, help="budget, e.g. 32M or 250k")
