@@ -153,6 +153,22 @@ def test_resume_after_tune_deleted_the_checkpoint_its_saved_state_names(tmp_path
     assert_full_histories(client, run, epochs)
 
 
+@pytest.mark.parametrize("state", ['{"trials": []}', '{"trial_data": [["{}", "{}"]]}',
+                                   '{"trial_data": [["not json", {}]]}'])
+def test_a_saved_state_laid_out_otherwise_is_one_warning(state, tmp_path, caplog):
+    """A Tune release whose saved state is laid out otherwise: the repair says so in one
+    warning line and leaves the sweep's files as they were."""
+    from rhnsearch.search.checkpoints import repair_checkpoint_names
+    (tmp_path / "experiment_state-2026-01-01_00-00-00.json").write_text(state)
+    (tmp_path / "run_trial_0" / "checkpoint_000001").mkdir(parents=True)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    repair_checkpoint_names(str(tmp_path))
+    (record,) = [r for r in caplog.records if r.name == "rhnsearch"]
+    assert record.levelname == "WARNING" and "\n" not in record.getMessage()
+    assert "not laid out as this version of rhnsearch expects" in record.getMessage()
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
 # -- a worker node stopped -----------------------------------------------------------------
 def raylet(gcs: str, head: bool) -> psutil.Process:
     port = gcs.rsplit(":", 1)[1]
