@@ -2,12 +2,16 @@
 settings each time: with per-cell ASHA and with FIFO (every setting to the last epoch). Prints
 each run's trial-epochs (epochs trained, summed over its trials), wall time and the ranking of
 the cells by their best setting's best validation loss; last, one JSON line with
-"asha_trial_epochs", "fifo_trial_epochs", "ratio" (ASHA / FIFO) and "same_ranking".
+"asha_trial_epochs", "fifo_trial_epochs", "ratio" (ASHA / FIFO), "same_ranking" (the same
+order of all cells) and "kendall_tau" (how alike the two orders are, 1 = the same).
 
     python benchmarks/asha_vs_fifo.py [--space spaces/jsb_optimization.yaml] [--preset cpu]
         [--set samples=4 ...] [--data-dir DIR]
 
 The MLflow store and the sweeps go to a fresh directory (--workdir, default a temporary one).
+A finished sweep that the workdir's store already holds for the same space is read, not run
+again: the ASHA sweep is named after its settings ('cell_asha-g2-rf3'), so another ASHA
+setting (`--set scheduler.grace_period=4`) is measured against the FIFO run already there.
 """
 import argparse
 import json
@@ -16,8 +20,13 @@ import tempfile
 from pathlib import Path
 
 import pandas as pd
+from scipy.stats import kendalltau
 
 import rhnsearch
+from rhnsearch.errors import UserError
+from rhnsearch.results.store import open_experiment, sweeps, trials as sweep_trials
+
+EXPERIMENT = "asha_vs_fifo"
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,6 +41,30 @@ def ranking(trials: pd.DataFrame) -> list[str]:
     return ranked + sorted(cells - set(ranked))
 
 
+def without_scheduler(space: dict) -> dict:
+    return {k: v for k, v in space.items() if k != "scheduler"}
+
+
+def finished(name: str, space: dict):
+    """(trials, trials_seconds) of the sweep NAME if the store holds it finished, else None;
+    an error if that sweep ran on another space (the scheduler's settings aside)."""
+    try:
+        exp = open_experiment(EXPERIMENT)
+    except UserError:
+        return None
+    table = sweeps(exp)
+    done = table[(table["sweep"] == name) & (table["run_status"] == "FINISHED")]
+    if done.empty:
+        return None
+    run_id = done.iloc[-1]["run_id"]
+    stored = json.loads(Path(exp.client.download_artifacts(run_id, "space.json")).read_text())
+    if without_scheduler(stored) != without_scheduler(space):
+        raise SystemExit(f"sweep {name} in {Path.cwd()} ran on another space or preset: "
+                         "pass another --workdir")
+    seconds = exp.client.get_run(run_id).data.metrics["trials_seconds"]
+    return sweep_trials(exp, name), seconds
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--space", default=str(ROOT / "spaces" / "jsb_optimization.yaml"))
@@ -43,25 +76,34 @@ def main(argv=None):
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="asha-vs-fifo-"))
     workdir.mkdir(parents=True, exist_ok=True)
     os.chdir(workdir)
+    space = rhnsearch.load_space(args.space, args.preset, args.overrides)
+    grace, rf = space.scheduler.grace_period, space.scheduler.reduction_factor
+    names = {"cell_asha": f"cell_asha-g{grace}-rf{rf:g}", "fifo": "fifo"}
     outcome = {}
-    for scheduler in ("cell_asha", "fifo"):
-        summary = rhnsearch.run_sweep(args.space, args.preset, args.overrides,
-                                      scheduler=scheduler, data_dir=args.data_dir,
-                                      experiment="asha_vs_fifo", name=scheduler)
-        trials = rhnsearch.load_trials("asha_vs_fifo", sweep=scheduler)
+    for scheduler, name in names.items():
+        found = finished(name, json.loads(space.model_dump_json()))
+        if found is None:
+            summary = rhnsearch.run_sweep(args.space, args.preset, args.overrides,
+                                          scheduler=scheduler, data_dir=args.data_dir,
+                                          experiment=EXPERIMENT, name=name)
+            found = rhnsearch.load_trials(EXPERIMENT, sweep=name), summary["trials_seconds"]
+        trials, seconds = found
         outcome[scheduler] = {"trial_epochs": int(trials["metrics.epoch"].sum()),
-                              "trials_seconds": summary["trials_seconds"],
-                              "ranking": ranking(trials)}
-        print(f"{scheduler:>9}: {outcome[scheduler]['trial_epochs']} trial-epochs in "
-              f"{summary['trials_seconds']:.0f} s; cells best to worst: "
+                              "trials_seconds": seconds, "ranking": ranking(trials)}
+        print(f"{name:>16}: {outcome[scheduler]['trial_epochs']} trial-epochs in "
+              f"{seconds:.0f} s; cells best to worst: "
               f"{', '.join(outcome[scheduler]['ranking'])}", flush=True)
     asha, fifo = outcome["cell_asha"], outcome["fifo"]
-    print(json.dumps({"workdir": str(workdir), "asha_trial_epochs": asha["trial_epochs"],
+    print(json.dumps({"workdir": str(workdir), "asha": names["cell_asha"],
+                      "asha_trial_epochs": asha["trial_epochs"],
                       "fifo_trial_epochs": fifo["trial_epochs"],
                       "ratio": round(asha["trial_epochs"] / fifo["trial_epochs"], 3),
                       "asha_seconds": asha["trials_seconds"],
                       "fifo_seconds": fifo["trials_seconds"],
                       "same_ranking": asha["ranking"] == fifo["ranking"],
+                      "kendall_tau": round(kendalltau(
+                          [asha["ranking"].index(c) for c in fifo["ranking"]],
+                          range(len(fifo["ranking"]))).statistic, 3),
                       "asha_ranking": asha["ranking"], "fifo_ranking": fifo["ranking"]}))
 
 
