@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -204,7 +205,8 @@ def test_submit_to_a_two_node_cluster(two_node_cluster, mlflow_server, tmp_path,
     runs = client.search_runs([exp.experiment_id], "tags.kind = 'trial'")
     check_child_runs(client, runs, 4)
     state = json.loads((storage / "on-cluster" / "rhnsearch_sweep.json").read_text())
-    assert state["storage"] == str(storage) and state["data_dir"] == str(data_dir)
+    assert state["storage"] == str(storage)
+    assert state["data_dir"] == str(Path(data_dir).resolve())  # resolved on the cluster
 
 
 BAD_SPACES = {
