@@ -79,9 +79,10 @@ def main(argv=None):
     space = rhnsearch.load_space(args.space, args.preset, args.overrides)
     grace, rf = space.scheduler.grace_period, space.scheduler.reduction_factor
     names = {"cell_asha": f"cell_asha-g{grace}-rf{rf:g}", "fifo": "fifo"}
+    stored_as = json.loads(space.model_dump_json())  # as the sweep's space.json holds it
     outcome = {}
     for scheduler, name in names.items():
-        found = finished(name, json.loads(space.model_dump_json()))
+        found = finished(name, stored_as)
         if found is None:
             summary = rhnsearch.run_sweep(args.space, args.preset, args.overrides,
                                           scheduler=scheduler, data_dir=args.data_dir,
