@@ -139,9 +139,11 @@ def test_driver_killed_then_resume_finishes_without_rerunning(tmp_path, data_dir
         try:
             client = MlflowClient(uri)
             exp = client.get_experiment_by_name("jsb_optimization")
+            # ended: its status tag and its end (two requests, the tag first) both sent
             finished = {r.data.tags["trial_id"]: r for r in client.search_runs(
                 [exp.experiment_id], "tags.kind = 'trial'")
-                if r.data.tags["status"] in ("completed", "stopped")}
+                if r.data.tags["status"] in ("completed", "stopped")
+                and r.info.end_time is not None}
         except Exception:  # noqa: BLE001 - the store is being made
             return False
         stopped = json.loads(scheduler_state.read_text())["stopped"] \
