@@ -78,6 +78,14 @@ def rhnsearch_cli(*args, cwd, timeout=900, check=True, env=None):
     return result
 
 
+def json_summary(proc) -> dict:
+    """The summary a `sweep run/resume --json` printed: stdout holds that one line and nothing
+    else (Ray's and Tune's own printing goes to stderr)."""
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1, f"stdout is not one JSON line:\n{proc.stdout[-3000:]}"
+    return json.loads(lines[0])
+
+
 def rhnsearch_main(*args, cwd, env=None, check=True):
     """Run the command line's `main` in this process (the same code as `rhnsearch ARGS`,
     without a new interpreter's imports): for commands that start no Ray and set no global
@@ -122,7 +130,7 @@ class SmokeSweep:
                              "smoke", "--data-dir", data_dir, "--name", name, "--json",
                              *extra, cwd=cwd)
         self.stderr = proc.stderr
-        self.summary = json.loads(proc.stdout.strip().splitlines()[-1])
+        self.summary = json_summary(proc)
         self.experiment = space
 
     def client(self):

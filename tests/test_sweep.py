@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import JSB_SPACE, ROOT, free_port, rhnsearch_cli, rhnsearch_main, wait_until
+from conftest import (JSB_SPACE, ROOT, free_port, json_summary, rhnsearch_cli, rhnsearch_main,
+                      wait_until)
 from rhnsearch.search.searchers import load_study
 
 STATUSES = {"completed", "stopped", "diverged", "failed"}
@@ -162,7 +163,7 @@ def test_driver_killed_then_resume_finishes_without_rerunning(tmp_path, data_dir
     assert len(ended) < 12, "every trial had ended before the kill"
 
     proc = rhnsearch_cli("sweep", "resume", name, "--json", cwd=tmp_path)
-    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    summary = json_summary(proc)
     assert summary["complete"] and summary["trials"] == 12
     runs = client.search_runs([exp.experiment_id], "tags.kind = 'trial'")
     check_child_runs(client, runs, 12)
@@ -312,7 +313,7 @@ def test_optuna_sweep_resumed_continues_its_study(tmp_path, data_dir, sweeps):
               if t.state.is_finished()}
     assert len(before) < 12, "every trial had finished before the kill"
     proc = rhnsearch_cli("sweep", "resume", "tpe", "--json", cwd=tmp_path)
-    assert json.loads(proc.stdout.strip().splitlines()[-1])["complete"]
+    assert json_summary(proc)["complete"]
     study = load_study(str(experiment), "tpe")
     finished = [t for t in study.trials if t.state.is_finished()]
     assert len(finished) == 12 and {t.state.name for t in finished} == {"COMPLETE"}

@@ -1,4 +1,5 @@
 """`rhnsearch sweep ...` commands."""
+import contextlib
 import sys
 
 from ..errors import UserError
@@ -107,17 +108,31 @@ def report(summary, as_json) -> int:
     return 0 if summary["complete"] and summary["failed"] == 0 else 1
 
 
+def sweep_then_report(sweep, as_json) -> int:
+    """Run a sweep and print its summary. With --json, stdout holds the JSON line only: what
+    Ray and Tune print (trial logs, progress, its nodes' messages) goes to stderr, and Ray is
+    disconnected before the line is printed, so no late message can follow it."""
+    import ray
+    with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+        try:
+            summary = sweep()
+        finally:
+            ray.shutdown()
+    return report(summary, as_json)
+
+
 def cmd_run(args):
     from ..search.sweep import run_sweep
-    summary = run_sweep(args.space, args.preset, args.overrides, args.address, args.search,
-                        args.scheduler, args.data_dir, args.tracking_uri, args.experiment,
-                        args.name, args.storage_path)
-    return report(summary, args.json)
+    return sweep_then_report(lambda: run_sweep(
+        args.space, args.preset, args.overrides, args.address, args.search, args.scheduler,
+        args.data_dir, args.tracking_uri, args.experiment, args.name, args.storage_path),
+        args.json)
 
 
 def cmd_resume(args):
     from ..search.sweep import resume_sweep
-    return report(resume_sweep(args.name, args.address, args.storage_path), args.json)
+    return sweep_then_report(lambda: resume_sweep(args.name, args.address, args.storage_path),
+                             args.json)
 
 
 def cmd_check(args):
