@@ -18,7 +18,8 @@ import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import JSB_SPACE, free_port, kill_all, ray_cluster, rhnsearch_cli, wait_until
+from conftest import (JSB_SPACE, free_port, json_summary, kill_all, ray_cluster, rhnsearch_cli,
+                      rhnsearch_main, wait_until)
 from test_sweep import check_child_runs
 
 pytestmark = pytest.mark.slow
@@ -142,7 +143,7 @@ def test_resume_after_tune_deleted_the_checkpoint_its_saved_state_names(tmp_path
     assert trial_dir == str(newer.parent) and named < newer.name
 
     proc = rhnsearch_cli("sweep", "resume", sweep.name, "--json", cwd=tmp_path, timeout=400)
-    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    summary = json_summary(proc)
     assert summary["complete"] and summary["completed"] == 1, proc.stderr[-3000:]
     rows = sweep.results()[newer.parent.name]
     resumed = [r["epoch"] for r in rows if r["pid"] != rows[0]["pid"]]
@@ -167,6 +168,52 @@ def test_a_saved_state_laid_out_otherwise_is_one_warning(state, tmp_path, caplog
     assert record.levelname == "WARNING" and "\n" not in record.getMessage()
     assert "not laid out as this version of rhnsearch expects" in record.getMessage()
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+def test_tune_writes_the_storage_in_whole_files(tmp_path):
+    """Tune copies its state and the checkpoints into the storage file by file. Through the
+    sweep's filesystem a file appears under its name only once it is whole: a writer killed
+    mid-file (a driver killed mid-copy, seen in CI as an empty searcher state) leaves no
+    file cut short, and a copy as Tune makes it gives the same tree."""
+    import pyarrow.fs as pafs
+
+    from rhnsearch.search.storage import tune_filesystem
+    storage = tmp_path / "storage"
+    storage.mkdir()
+    killed = subprocess.run([sys.executable, "-c", (
+        "import os; from rhnsearch.search.storage import tune_filesystem; "
+        f"s = tune_filesystem('{storage}').open_output_stream('{storage}/state.json'); "
+        "s.write(b'x' * 5000); s.flush(); os._exit(9)")], timeout=120)
+    assert killed.returncode == 9
+    (left,) = [p.name for p in storage.iterdir()]  # no state.json: only the hidden temporary
+    assert left.startswith(".state.json.") and left.endswith(".tmp"), left
+    staging = tmp_path / "staging"
+    (staging / "checkpoint_000001").mkdir(parents=True)
+    (staging / "experiment_state.json").write_text('{"trial_data": []}')
+    (staging / "checkpoint_000001" / "trainer.pt").write_bytes(os.urandom(300_000))
+    pafs.copy_files(str(staging), str(storage / "run"),
+                    destination_filesystem=tune_filesystem(str(storage)))
+    copied = {p.relative_to(storage / "run"): p.read_bytes()
+              for p in (storage / "run").rglob("*") if p.is_file()}
+    assert copied == {p.relative_to(staging): p.read_bytes()
+                      for p in staging.rglob("*") if p.is_file()}
+
+
+def test_a_saved_state_cut_short_is_refused_in_one_line(jsb_smoke, tmp_path):
+    """A sweep whose saved searcher state is cut short (written by an older rhnsearch, or
+    not through the sweep's filesystem): `sweep resume` refuses it in one line, exit 2,
+    before Ray starts, and changes no file (Tune would start the experiment again)."""
+    storage = tmp_path / "storage"
+    shutil.copytree(jsb_smoke.cwd / "results" / "sweeps" / jsb_smoke.name,
+                    storage / jsb_smoke.name)
+    (state,) = (storage / jsb_smoke.name).glob("basic-variant-state-*.json")
+    state.write_bytes(state.read_bytes()[:100])
+    before = {p: p.read_bytes() for p in storage.rglob("*") if p.is_file()}
+    proc = rhnsearch_main("sweep", "resume", jsb_smoke.name, "--storage-path", storage,
+                          cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert f"saved state {state.name}" in proc.stderr and "cannot be resumed" in proc.stderr
+    assert {p: p.read_bytes() for p in storage.rglob("*") if p.is_file()} == before
 
 
 # -- a worker node stopped -----------------------------------------------------------------
@@ -235,7 +282,7 @@ def test_nodes_sharing_no_disk_keep_the_sweep_in_its_storage(tmp_path, data_dir,
         proc = rhnsearch_cli("sweep", "resume", "split", "--address", cluster.gcs,
                              "--storage-path", storage, "--json", cwd=driver, timeout=600,
                              env=cluster.env)
-    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    summary = json_summary(proc)
     assert summary["complete"] and summary["completed"] == 4, proc.stderr[-3000:]
     uri = f"sqlite:///{driver / 'results' / 'mlflow.db'}"
     client = MlflowClient(uri)
@@ -417,7 +464,7 @@ def test_mlflow_down_to_the_end_then_resume_sends_what_was_kept(mlflow_srv, tmp_
 
     mlflow_srv.start()
     proc = rhnsearch_cli("sweep", "resume", sweep.name, "--json", cwd=tmp_path, timeout=300)
-    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    summary = json_summary(proc)
     assert summary["complete"] and summary["completed"] == 2
     client = MlflowClient(mlflow_srv.uri)
     runs = child_runs(mlflow_srv.uri)
@@ -452,7 +499,7 @@ def test_driver_killed_while_mlflow_is_down_loses_no_record(mlflow_srv, tmp_path
 
     mlflow_srv.start()
     proc = rhnsearch_cli("sweep", "resume", sweep.name, "--json", cwd=tmp_path, timeout=400)
-    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    summary = json_summary(proc)
     assert summary["complete"] and summary["completed"] == 2, proc.stderr[-3000:]
     client = MlflowClient(mlflow_srv.uri)
     runs = child_runs(mlflow_srv.uri)
@@ -476,7 +523,7 @@ def test_a_silent_tracking_server_does_not_stall_the_sweep(mlflow_srv, tmp_path,
     healthy = rhnsearch_cli("sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir",
                             data_dir, "--tracking-uri", uri, "--name", "healthy", "--json",
                             *two_archs, cwd=tmp_path, timeout=600)
-    healthy = json.loads(healthy.stdout.strip().splitlines()[-1])
+    healthy = json_summary(healthy)
     sweep = sweeps(tmp_path, "silent", data_dir, "--tracking-uri", uri, *two_archs)
     wait_until(lambda: len(child_runs(mlflow_srv.uri)) > 16, "the second sweep's first run")
     relay.hold()
@@ -517,7 +564,7 @@ def test_trials_on_fake_gpus_are_placed_and_refused_without_cuda(tmp_path, data_
         fallback = rhnsearch_cli(*args, "--address", cluster.gcs, "--name", "cpu-fallback",
                                  cwd=tmp_path, timeout=600,
                                  env={**cluster.env, "RHNSEARCH_ALLOW_CPU_FALLBACK": "1"})
-    summary = json.loads(refused.stdout.strip().splitlines()[-1])
+    summary = json_summary(refused)
     assert refused.returncode == 1 and summary["failed"] == 8, refused.stderr[-3000:]
     uri = f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"
     client = MlflowClient(uri)
@@ -527,7 +574,7 @@ def test_trials_on_fake_gpus_are_placed_and_refused_without_cuda(tmp_path, data_
         error = run.data.tags["error"]
         assert error.startswith("RuntimeError: Ray gave this trial GPU") and "\n" not in error
         assert "sees no CUDA device" in error and "RHNSEARCH_ALLOW_CPU_FALLBACK" in error
-    summary = json.loads(fallback.stdout.strip().splitlines()[-1])
+    summary = json_summary(fallback)
     assert fallback.returncode == 0 and summary["completed"] == 8
     runs = client.search_runs([experiment], "tags.sweep = 'cpu-fallback' and "
                               "tags.kind = 'trial'")

@@ -1,4 +1,5 @@
-"""Repair of a Tune experiment whose saved state names a checkpoint Tune had already deleted.
+"""Tune's saved state checked before a resume, and the repair of one that names a checkpoint
+Tune had already deleted.
 
 With num_to_keep=1, Tune deletes the superseded checkpoint when it registers a new one, and
 saves its experiment state naming the new one only afterwards: a driver killed in between
@@ -15,10 +16,35 @@ import json
 import logging
 import re
 
+from ray import cloudpickle
+
+from ..errors import UserError
 from ..train import CHECKPOINT_FILE
 from . import storage
 
 log = logging.getLogger("rhnsearch")
+
+
+# What Tune reads on resume: the newest file of each kind (by name), and how it reads it.
+SAVED_STATE = {r"experiment_state-.*\.json": json.loads,
+               r"(basic-variant-state|search_gen_state)-.*\.json": cloudpickle.loads}
+
+
+def check_saved_state(experiment: str):
+    """Refuse, in one line, a resume whose saved Tune state cannot be read (a file cut short):
+    Tune would log the error and start the whole experiment again, with empty configs."""
+    names = storage.listdir(experiment)
+    for pattern, load in SAVED_STATE.items():
+        found = [n for n in names if re.fullmatch(pattern, n)]
+        if not found:
+            continue
+        try:
+            load(storage.read_bytes(storage.join(experiment, max(found))))
+        except Exception as exc:  # whatever the loader raises, the file cannot be read
+            raise UserError(f"Tune's saved state {max(found)} in {experiment} cannot be read "
+                            f"({type(exc).__name__}: {str(exc)[:80] or 'empty file'}): this "
+                            "sweep cannot be resumed; start it again with `rhnsearch sweep "
+                            "run` under another --name") from None
 
 
 def stale_checkpoints(experiment: str) -> list[tuple[str, str]]:

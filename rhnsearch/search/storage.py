@@ -7,10 +7,12 @@ An S3-compatible server other than AWS is named by the standard AWS variables
 (`AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`), which pyarrow reads.
 """
 import io
+import os
 import uuid
 import zipfile
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 
@@ -34,13 +36,19 @@ def _filesystem(location: str):
     return pafs.FileSystem.from_uri(normalize(location))
 
 
-def read_text(location: str) -> str | None:
-    """The file's text, or None if there is no such file."""
+def read_bytes(location: str) -> bytes | None:
+    """The file's bytes, or None if there is no such file."""
     fs, path = _filesystem(location)
     if fs.get_file_info(path).type != pafs.FileType.File:
         return None
     with fs.open_input_stream(path) as stream:
-        return stream.read().decode()
+        return stream.read()
+
+
+def read_text(location: str) -> str | None:
+    """The file's text, or None if there is no such file."""
+    data = read_bytes(location)
+    return None if data is None else data.decode()
 
 
 def write_text(location: str, text: str):
@@ -77,8 +85,90 @@ def move(source: str, target: str):
 def is_zip(location: str) -> bool:
     """Whether the file is a whole zip archive (torch.save writes one; a file cut short by a
     killed process is not)."""
-    fs, path = _filesystem(location)
-    if fs.get_file_info(path).type != pafs.FileType.File:
-        return False
-    with fs.open_input_stream(path) as stream:
-        return zipfile.is_zipfile(io.BytesIO(stream.read()))
+    data = read_bytes(location)
+    return data is not None and zipfile.is_zipfile(io.BytesIO(data))
+
+
+class WholeFiles(pafs.FileSystemHandler):
+    """The local filesystem for Tune, except that each file it writes appears whole or not at
+    all: written under a hidden temporary name in the same directory, renamed over the target
+    when closed. Tune copies its state and the checkpoints into the storage file by file; a
+    driver killed mid-copy would otherwise leave a file cut short, and Tune's resume, failing to
+    read it, starts the experiment again from nothing."""
+
+    def __init__(self):
+        self.fs = pafs.LocalFileSystem()
+
+    def __eq__(self, other):
+        return isinstance(other, WholeFiles)
+
+    def __reduce__(self):  # pickled with Tune's storage context, for every trial's worker
+        return WholeFiles, ()
+
+    def open_output_stream(self, path, metadata):
+        folder, name = path.rsplit("/", 1)
+        temporary = f"{folder}/.{name}.{uuid.uuid4().hex[:8]}.tmp"
+        return pa.PythonFile(_RenamedWhenClosed(temporary, path), mode="w")
+
+    def copy_file(self, src, dest):
+        with self.fs.open_input_stream(src) as source, self.open_output_stream(dest, None) as out:
+            out.write(source.read())
+
+    def get_type_name(self):
+        return "rhnsearch-whole-files"
+
+    def equals(self, other):
+        return self == other
+
+    def normalize_path(self, path):
+        return self.fs.normalize_path(path)
+
+    def get_file_info(self, paths):
+        return self.fs.get_file_info(paths)
+
+    def get_file_info_selector(self, selector):
+        return self.fs.get_file_info(selector)
+
+    def create_dir(self, path, recursive):
+        self.fs.create_dir(path, recursive=recursive)
+
+    def delete_dir(self, path):
+        self.fs.delete_dir(path)
+
+    def delete_dir_contents(self, path, missing_dir_ok=False):
+        self.fs.delete_dir_contents(path, missing_dir_ok=missing_dir_ok)
+
+    def delete_root_dir_contents(self):
+        self.fs.delete_dir_contents("/", accept_root_dir=True)
+
+    def delete_file(self, path):
+        self.fs.delete_file(path)
+
+    def move(self, src, dest):
+        self.fs.move(src, dest)
+
+    def open_input_stream(self, path):
+        return self.fs.open_input_stream(path)
+
+    def open_input_file(self, path):
+        return self.fs.open_input_file(path)
+
+    def open_append_stream(self, path, metadata):
+        return self.fs.open_append_stream(path)
+
+
+class _RenamedWhenClosed(io.FileIO):
+    def __init__(self, temporary: str, target: str):
+        super().__init__(temporary, "w")
+        self.temporary, self.target = temporary, target
+
+    def close(self):
+        if not self.closed:
+            super().close()
+            os.replace(self.temporary, self.target)
+
+
+def tune_filesystem(location: str) -> pafs.FileSystem | None:
+    """The filesystem Tune writes the sweep's storage with: whole files on a local or shared
+    directory; None (Tune's own choice) for a bucket, where an object is written whole anyway."""
+    return None if is_uri(location) else pafs.PyFileSystem(WholeFiles())

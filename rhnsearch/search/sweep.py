@@ -28,7 +28,7 @@ from ..errors import UserError
 from ..provenance import provenance_tags
 from ..tracking_store import check_store, resolve_tracking_uri
 from . import storage
-from .checkpoints import repair_checkpoint_names
+from .checkpoints import check_saved_state, repair_checkpoint_names
 from .cluster import check_address, check_gpus, start_ray
 from .scheduler import CellASHAScheduler
 from .searchers import METRIC, MODE, build_search
@@ -186,7 +186,8 @@ def build_tuner(space: Space, state: dict, experiment_path: str) -> tune.Tuner:
                                     max_concurrent_trials=space.max_concurrent or None,
                                     reuse_actors=True),
         run_config=tune.RunConfig(
-            name=name, storage_path=state["storage"], callbacks=[tracker],
+            name=name, storage_path=state["storage"],
+            storage_filesystem=storage.tune_filesystem(state["storage"]), callbacks=[tracker],
             failure_config=tune.FailureConfig(max_failures=2),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=1), verbose=1))
 
@@ -208,11 +209,13 @@ def resume_sweep(name: str, address: str | None = None, storage_path: str | None
     if not tune.Tuner.can_restore(experiment_path):
         raise UserError(f"sweep {name} stopped before Ray saved its state: start it again "
                         "with `rhnsearch sweep run`")
+    check_saved_state(experiment_path)
     start_ray(address)
     space = Space.model_validate(state["space"])
     repair_checkpoint_names(experiment_path)
     tuner = tune.Tuner.restore(experiment_path, trainable(space, state["cells"]),
-                               resume_unfinished=True, resume_errored=True)
+                               resume_unfinished=True, resume_errored=True,
+                               storage_filesystem=storage.tune_filesystem(experiment_path))
     MlflowClient(state["tracking_uri"]).set_tag(state["parent_run_id"], "resumed",
                                                 datetime.now().isoformat(timespec="seconds"))
     return finish(tuner, state)
