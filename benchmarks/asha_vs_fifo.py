@@ -3,7 +3,10 @@ settings each time: with per-cell ASHA and with FIFO (every setting to the last 
 each run's trial-epochs (epochs trained, summed over its trials), wall time and the ranking of
 the cells by their best setting's best validation loss; last, one JSON line with
 "asha_trial_epochs", "fifo_trial_epochs", "ratio" (ASHA / FIFO), "same_ranking" (the same
-order of all cells) and "kendall_tau" (how alike the two orders are, 1 = the same).
+order of all cells) and "kendall_tau" (how alike the two orders are, 1 = the same). For scale,
+"fifo_halves_tau" is how alike FIFO's own order is between two halves of its settings (each
+cell's settings split at random, median over 1000 splits) and "fifo_halves_same" how often
+the halves give the same order: the noise of a cell order measured on this many settings.
 
     python benchmarks/asha_vs_fifo.py [--space spaces/jsb_optimization.yaml] [--preset cpu]
         [--set samples=4 ...] [--data-dir DIR]
@@ -19,6 +22,7 @@ import os
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from scipy.stats import kendalltau
 
@@ -39,6 +43,24 @@ def ranking(trials: pd.DataFrame) -> list[str]:
     cells = {f"{a} d{d}" for a, d in zip(trials["params.arch"], trials["params.depth"])}
     ranked = [f"{a} d{d}" for (a, d), _ in best.sort_values().items()]
     return ranked + sorted(cells - set(ranked))
+
+
+def tau(order: list[str], reference: list[str]) -> float:
+    return kendalltau([order.index(c) for c in reference], range(len(reference))).statistic
+
+
+def halves(trials: pd.DataFrame, splits: int = 1000, seed: int = 0) -> tuple[float, float]:
+    """(median tau, share of same orders) between the cell orders of two random halves of
+    each cell's settings."""
+    rng = np.random.default_rng(seed)
+    cells = trials.groupby(["params.arch", "params.depth"]).indices.values()
+    taus, same = [], 0
+    for _ in range(splits):
+        first = np.concatenate([rng.permutation(i)[:len(i) // 2] for i in cells])
+        one, other = ranking(trials.iloc[first]), ranking(trials.drop(trials.index[first]))
+        taus.append(tau(one, other))
+        same += one == other
+    return float(np.median(taus)), same / splits
 
 
 def without_scheduler(space: dict) -> dict:
@@ -90,11 +112,13 @@ def main(argv=None):
             found = rhnsearch.load_trials(EXPERIMENT, sweep=name), summary["trials_seconds"]
         trials, seconds = found
         outcome[scheduler] = {"trial_epochs": int(trials["metrics.epoch"].sum()),
-                              "trials_seconds": seconds, "ranking": ranking(trials)}
+                              "trials_seconds": seconds, "ranking": ranking(trials),
+                              "trials": trials}
         print(f"{name:>16}: {outcome[scheduler]['trial_epochs']} trial-epochs in "
               f"{seconds:.0f} s; cells best to worst: "
               f"{', '.join(outcome[scheduler]['ranking'])}", flush=True)
     asha, fifo = outcome["cell_asha"], outcome["fifo"]
+    halves_tau, halves_same = halves(fifo.pop("trials"))
     print(json.dumps({"workdir": str(workdir), "asha": names["cell_asha"],
                       "asha_trial_epochs": asha["trial_epochs"],
                       "fifo_trial_epochs": fifo["trial_epochs"],
@@ -102,9 +126,9 @@ def main(argv=None):
                       "asha_seconds": asha["trials_seconds"],
                       "fifo_seconds": fifo["trials_seconds"],
                       "same_ranking": asha["ranking"] == fifo["ranking"],
-                      "kendall_tau": round(kendalltau(
-                          [asha["ranking"].index(c) for c in fifo["ranking"]],
-                          range(len(fifo["ranking"]))).statistic, 3),
+                      "kendall_tau": round(tau(asha["ranking"], fifo["ranking"]), 3),
+                      "fifo_halves_tau": round(halves_tau, 3),
+                      "fifo_halves_same": halves_same,
                       "asha_ranking": asha["ranking"], "fifo_ranking": fifo["ranking"]}))
 
 

@@ -1,0 +1,104 @@
+"""Per-cell ASHA replayed on a finished FIFO sweep's learning curves: what would the study have
+cost, and which cell order would it have given, at each grace period and reduction factor?
+
+The real scheduler (rhnsearch.search.scheduler.CellASHAScheduler) decides. The trials arrive
+as in the sweep: in trial order, --concurrent at once, each epoch taking the seconds it took.
+Every trial is seeded, so its curve does not depend on the scheduler: a replay gives what a
+sweep would have, up to the order in which the trials reach a rung (the replay of grace 2,
+rf 3 on the `cpu` JSB preset gave 1,693 trial-epochs; real sweeps 1,693 and 1,697).
+
+    python benchmarks/asha_replay.py --workdir DIR [--sweep fifo] [--grace 1 2 4] [--rf 2 3 4]
+
+DIR holds the results/ of `benchmarks/asha_vs_fifo.py`. One line per setting, then a JSON line
+with them all ("ratio": trial-epochs / FIFO's, "same_ranking", "kendall_tau" as there).
+"""
+import argparse
+import heapq
+import itertools
+import json
+import math
+import os
+from collections import deque
+
+import pandas as pd
+from asha_vs_fifo import EXPERIMENT, ranking, tau
+
+from rhnsearch.results.store import history, open_experiment, trials as sweep_trials
+from rhnsearch.search.scheduler import STOP, CellASHAScheduler
+
+
+class Trial:
+    """What the scheduler reads of a Tune trial."""
+
+    def __init__(self, trial_id: str, cell: str):
+        self.trial_id, self.config = trial_id, {"cell": cell}
+
+
+def replay(runs: pd.DataFrame, curves: dict, grace: int, rf: float, max_t: int,
+           concurrent: int) -> pd.DataFrame:
+    """The trials of RUNS as the scheduler would have ended them: status and best loss."""
+    scheduler = CellASHAScheduler(max_t, grace, rf, metric="valid_loss", mode="min")
+    queue, clock, order, ended = deque(runs.to_dict("records")), [], itertools.count(), []
+
+    def start(now: float):
+        if queue:
+            run = queue.popleft()
+            trial = Trial(run["trial_id"], f"{run['params.arch']} d{run['params.depth']}")
+            heapq.heappush(clock, (now + curves[run["run_id"]][0][0], next(order), run, trial,
+                                   1))
+
+    for _ in range(concurrent):
+        start(0.0)
+    while clock:
+        now, _, run, trial, epoch = heapq.heappop(clock)
+        seconds, losses = curves[run["run_id"]]
+        loss = losses[epoch - 1]
+        decision = scheduler.on_trial_result(None, trial, {"epoch": epoch, "valid_loss": loss})
+        diverged = not math.isfinite(loss) or (epoch == len(losses) and run["status"] == "diverged")
+        if diverged or decision == STOP or epoch >= max_t:
+            finite = [x for x in losses[:epoch] if math.isfinite(x)]
+            ended.append({"params.arch": run["params.arch"],
+                          "params.depth": run["params.depth"], "epochs": epoch,
+                          "status": "diverged" if diverged else
+                          "completed" if epoch >= max_t else "stopped",
+                          "metrics.best_valid_loss": min(finite, default=math.nan)})
+            start(now)
+        else:
+            heapq.heappush(clock, (now + seconds[epoch], next(order), run, trial, epoch + 1))
+    return pd.DataFrame(ended)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--sweep", default="fifo")
+    parser.add_argument("--grace", type=int, nargs="+", default=[1, 2, 3, 4])
+    parser.add_argument("--rf", type=float, nargs="+", default=[2, 3, 4])
+    parser.add_argument("--concurrent", type=int, default=2)
+    args = parser.parse_args(argv)
+    os.chdir(args.workdir)
+    exp = open_experiment(EXPERIMENT)
+    runs = sweep_trials(exp, args.sweep)
+    runs = runs.assign(order=runs["trial_id"].str.rsplit("_", n=1).str[-1].astype(int))
+    runs = runs.sort_values("order")
+    epochs = history(exp, runs)
+    curves = {run_id: (list(g["metrics.epoch_seconds"]), list(g["metrics.valid_loss"]))
+              for run_id, g in epochs.groupby("run_id")}
+    max_t = int(runs["params.epochs"].astype(int).max())
+    fifo_epochs, fifo_ranking = int(runs["metrics.epoch"].sum()), ranking(runs)
+    rows = []
+    for grace, rf in itertools.product(args.grace, args.rf):
+        ended = replay(runs, curves, grace, rf, max_t, args.concurrent)
+        order = ranking(ended)
+        rows.append({"grace": grace, "rf": rf, "trial_epochs": int(ended["epochs"].sum()),
+                     "ratio": round(ended["epochs"].sum() / fifo_epochs, 3),
+                     "same_ranking": order == fifo_ranking,
+                     "kendall_tau": round(tau(order, fifo_ranking), 3)})
+        print(f"grace {grace} rf {rf:g}: {rows[-1]['trial_epochs']} trial-epochs "
+              f"({rows[-1]['ratio']:.3f} of FIFO's {fifo_epochs}), same ranking "
+              f"{rows[-1]['same_ranking']}, tau {rows[-1]['kendall_tau']:.3f}", flush=True)
+    print(json.dumps({"sweep": args.sweep, "fifo_trial_epochs": fifo_epochs, "replays": rows}))
+
+
+if __name__ == "__main__":
+    main()
