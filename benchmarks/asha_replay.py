@@ -8,9 +8,12 @@ sweep would have, up to the order in which the trials reach a rung (the replay o
 rf 3 on the `cpu` JSB preset gave 1,693 trial-epochs; real sweeps 1,693 and 1,697).
 
     python benchmarks/asha_replay.py --workdir DIR [--sweep fifo] [--grace 1 2 4] [--rf 2 3 4]
+        [--orders 5]
 
 DIR holds the results/ of `benchmarks/asha_vs_fifo.py`. One line per setting, then a JSON line
-with them all ("ratio": trial-epochs / FIFO's, "same_ranking", "kendall_tau" as there).
+with them all: "ratio" (trial-epochs / FIFO's), "same_ranking" and "kendall_tau" (as there) in
+the sweep's arrival order, and their range over --orders arrival orders (the sweep's, then
+random ones): a setting that keeps the order only in one order is luck.
 """
 import argparse
 import heapq
@@ -75,6 +78,8 @@ def main(argv=None):
     parser.add_argument("--grace", type=int, nargs="+", default=[1, 2, 3, 4])
     parser.add_argument("--rf", type=float, nargs="+", default=[2, 3, 4])
     parser.add_argument("--concurrent", type=int, default=2)
+    parser.add_argument("--orders", type=int, default=5,
+                        help="arrival orders replayed: the sweep's, then random ones")
     args = parser.parse_args(argv)
     os.chdir(args.workdir)
     exp = open_experiment(EXPERIMENT)
@@ -88,15 +93,22 @@ def main(argv=None):
     fifo_epochs, fifo_ranking = int(runs["metrics.epoch"].sum()), ranking(runs)
     rows = []
     for grace, rf in itertools.product(args.grace, args.rf):
-        ended = replay(runs, curves, grace, rf, max_t, args.concurrent)
-        order = ranking(ended)
-        rows.append({"grace": grace, "rf": rf, "trial_epochs": int(ended["epochs"].sum()),
-                     "ratio": round(ended["epochs"].sum() / fifo_epochs, 3),
-                     "same_ranking": order == fifo_ranking,
-                     "kendall_tau": round(tau(order, fifo_ranking), 3)})
-        print(f"grace {grace} rf {rf:g}: {rows[-1]['trial_epochs']} trial-epochs "
-              f"({rows[-1]['ratio']:.3f} of FIFO's {fifo_epochs}), same ranking "
-              f"{rows[-1]['same_ranking']}, tau {rows[-1]['kendall_tau']:.3f}", flush=True)
+        replays = []  # the sweep's arrival order, then random ones
+        for k in range(args.orders):
+            arrivals = runs if k == 0 else runs.sample(frac=1, random_state=k)
+            ended = replay(arrivals, curves, grace, rf, max_t, args.concurrent)
+            order = ranking(ended)
+            replays.append((round(ended["epochs"].sum() / fifo_epochs, 3),
+                            order == fifo_ranking, round(tau(order, fifo_ranking), 3)))
+        ratios, same, taus = zip(*replays)
+        rows.append({"grace": grace, "rf": rf, "ratio": ratios[0], "same_ranking": same[0],
+                     "kendall_tau": taus[0], "orders": args.orders,
+                     "ratio_range": [min(ratios), max(ratios)], "same_in": sum(same),
+                     "tau_range": [min(taus), max(taus)]})
+        print(f"grace {grace} rf {rf:g}: {ratios[0]:.3f} of FIFO's {fifo_epochs} "
+              f"trial-epochs, same ranking {same[0]}, tau {taus[0]:.3f}; over {args.orders} "
+              f"arrival orders: ratio {min(ratios):.3f}-{max(ratios):.3f}, same ranking in "
+              f"{sum(same)}, tau {min(taus):.3f}-{max(taus):.3f}", flush=True)
     print(json.dumps({"sweep": args.sweep, "fifo_trial_epochs": fifo_epochs, "replays": rows}))
 
 
