@@ -7,7 +7,9 @@ a full JSB and a full ptb-sample training epoch (after a warm-up epoch) through
 rhnsearch.train.Trainer, for the RHN and an LSTM with as many parameters. Prints a table and,
 last, one JSON line with "shapes", "rhn_over_lstm" (fused RHN / nn.LSTM), "naive_over_rhn"
 (reference / fused), "naive_rhn_over_lstm" (reference / nn.LSTM), one ratio per shape (null
-where the arch is not timed at that shape), the same for every arch, and "tokens_per_sec".
+where the arch is not timed at that shape), the same for every arch, "rhn_products_over_lstm"
+(the fused RHN's matrix products alone / nn.LSTM: how far any loop rewrite could go) and
+"tokens_per_sec".
 The shapes: the two reference shapes (a JSB-like and a PTB-like layer) and the papers' PTB
 shapes (width 830 at depth 10, RHN paper; at depth 40, HSG paper).
 
@@ -58,9 +60,35 @@ def make_cell(arch: str, shape: dict) -> torch.nn.Module:
     return cell
 
 
+def rhn_products(shape: dict):
+    """Forward + backward of the matrix products alone of a fused RHN layer, as its loop
+    issues them (the input projection, per step one per highway layer each way, the weight
+    gradients): a floor under the fused RHN's time that no loop rewrite goes below."""
+    T, B, F, n, L = (shape[k] for k in ("T", "B", "F", "width", "depth"))
+    weights = [torch.randn(2 * n, n) * 0.04 for _ in range(L)]
+    w_in, x = torch.randn(2 * n, F) * 0.04, torch.randn(T * B, F)
+    s, g = torch.randn(B, n), torch.randn(B, 2 * n)
+    states, grads = torch.randn(T * B, n), torch.randn(T * B, 2 * n)
+
+    def run():
+        kernels.linear(x, w_in)
+        forward = [kernels.Linear(w, B) for w in weights]
+        backward = [kernels.Linear(w.t(), B) for w in weights]
+        for _ in range(T):
+            for product in forward:
+                product(s, act="sigmoid")
+        for _ in range(T):
+            for product in backward:
+                product(g)
+        for _ in weights:
+            kernels.weight_grad(grads, states)
+        kernels.weight_grad(grads, x)
+    return run
+
+
 def time_layers(shape: dict, arch: str, rounds: int, clock) -> dict:
     """Median seconds of forward + backward for the reference and fused backends and an
-    nn.LSTM of as many parameters, interleaved."""
+    nn.LSTM of as many parameters, interleaved (for the RHN also its products alone)."""
     cell = make_cell(arch, shape)
     hidden = lstm_hidden(layer_params(arch, shape["depth"], shape["width"], shape["F"]),
                          shape["F"])
@@ -73,13 +101,16 @@ def time_layers(shape: dict, arch: str, rounds: int, clock) -> dict:
         out = layer(x)[0]
         out.sum().backward()
 
-    times = {name: [] for name in layers}
-    for name, layer in layers.items():  # warm-up
-        run(layer)
+    runs = {name: (lambda layer=layer: run(layer)) for name, layer in layers.items()}
+    if arch == "rhn":
+        runs["products"] = rhn_products(shape)
+    times = {name: [] for name in runs}
+    for name, go in runs.items():  # warm-up
+        go()
     for _ in range(rounds):
-        for name, layer in layers.items():
+        for name, go in runs.items():
             start = clock()
-            run(layer)
+            go()
             times[name].append(clock() - start)
     medians = {name: statistics.median(t) for name, t in times.items()}
     medians["lstm_hidden"] = hidden
@@ -132,7 +163,7 @@ def main(argv=None):
     print(f"torch {torch.__version__}, {args.threads} threads, {args.clock} clock, "
           f"oneDNN products: {kernels.ONEDNN}")
     print(f"{'shape (T,B,F,n,L)':<22}{'arch':<8}{'lstm n':>7}{'naive ms':>10}{'ours ms':>9}"
-          f"{'lstm ms':>9}{'ours/lstm':>11}{'naive/ours':>12}")
+          f"{'lstm ms':>9}{'ours/lstm':>11}{'naive/ours':>12}{'products/lstm':>16}")
     shapes = [SHAPES[int(i)] for i in args.shapes.split(",")]
     result = {"shapes": [{k: s[k] for k in ("T", "B", "F", "width", "depth")} for s in shapes],
               "threads": args.threads, "clock": args.clock}
@@ -150,9 +181,14 @@ def main(argv=None):
             result.setdefault(f"naive_over_{arch}", []).append(round(naive_over, 3))
             result.setdefault(f"naive_{arch}_over_lstm", []).append(
                 round(m["naive"] / m["lstm"], 3))
+            products = m.get("products")
+            if arch == "rhn":
+                result.setdefault("rhn_products_over_lstm", []).append(
+                    round(products / m["lstm"], 3))
             print(f"{label:<22}{arch:<8}{m['lstm_hidden']:>7}{m['naive'] * 1e3:>10.1f}"
                   f"{m['ours'] * 1e3:>9.1f}{m['lstm'] * 1e3:>9.1f}{over_lstm:>11.2f}"
-                  f"{naive_over:>12.2f}", flush=True)
+                  f"{naive_over:>12.2f}" + (f"{products / m['lstm']:>16.2f}" if products else ""),
+                  flush=True)
     if not args.no_epochs:
         speeds = epoch_speed(args.data_dir)
         for name, speed in speeds.items():
