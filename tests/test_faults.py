@@ -173,7 +173,7 @@ def test_a_saved_state_laid_out_otherwise_is_one_warning(state, tmp_path, caplog
 def test_tune_writes_the_storage_in_whole_files(tmp_path):
     """Tune copies its state and the checkpoints into the storage file by file. Through the
     sweep's filesystem a file appears under its name only once it is whole: a writer killed
-    mid-file (a driver killed mid-copy, seen in CI as an empty searcher state) leaves no
+    mid-file (a driver killed mid-copy: an empty searcher state, seen in a test run) leaves no
     file cut short, and a copy as Tune makes it gives the same tree."""
     import pyarrow.fs as pafs
 

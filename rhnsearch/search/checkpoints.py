@@ -38,10 +38,11 @@ def check_saved_state(experiment: str):
         found = [n for n in names if re.fullmatch(pattern, n)]
         if not found:
             continue
+        newest = max(found)
         try:
-            load(storage.read_bytes(storage.join(experiment, max(found))))
+            load(storage.read_bytes(storage.join(experiment, newest)))
         except Exception as exc:  # whatever the loader raises, the file cannot be read
-            raise UserError(f"Tune's saved state {max(found)} in {experiment} cannot be read "
+            raise UserError(f"Tune's saved state {newest} in {experiment} cannot be read "
                             f"({type(exc).__name__}: {str(exc)[:80] or 'empty file'}): this "
                             "sweep cannot be resumed; start it again with `rhnsearch sweep "
                             "run` under another --name") from None

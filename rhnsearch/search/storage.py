@@ -33,7 +33,9 @@ def join(root: str, *parts: str) -> str:
 
 
 def _filesystem(location: str):
-    return pafs.FileSystem.from_uri(normalize(location))
+    """(filesystem, path); a local one writes whole files (see WholeFiles)."""
+    fs, path = pafs.FileSystem.from_uri(normalize(location))
+    return (pafs.PyFileSystem(WholeFiles()) if isinstance(fs, pafs.LocalFileSystem) else fs), path
 
 
 def read_bytes(location: str) -> bytes | None:
@@ -56,12 +58,8 @@ def write_text(location: str, text: str):
     it, on an object store as one object (whole or not at all, either way)."""
     fs, path = _filesystem(location)
     fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-    target = path if not isinstance(fs, pafs.LocalFileSystem) else \
-        f"{path}.{uuid.uuid4().hex[:8]}.tmp"
-    with fs.open_output_stream(target) as stream:
+    with fs.open_output_stream(path) as stream:
         stream.write(text.encode())
-    if target != path:
-        fs.move(target, path)
 
 
 def exists(location: str) -> bool:
@@ -102,17 +100,13 @@ class WholeFiles(pafs.FileSystemHandler):
     def __eq__(self, other):
         return isinstance(other, WholeFiles)
 
-    def __reduce__(self):  # pickled with Tune's storage context, for every trial's worker
-        return WholeFiles, ()
-
     def open_output_stream(self, path, metadata):
-        folder, name = path.rsplit("/", 1)
-        temporary = f"{folder}/.{name}.{uuid.uuid4().hex[:8]}.tmp"
-        return pa.PythonFile(_RenamedWhenClosed(temporary, path), mode="w")
+        return pa.PythonFile(_RenamedWhenClosed(_temporary(path), path), mode="w")
 
     def copy_file(self, src, dest):
-        with self.fs.open_input_stream(src) as source, self.open_output_stream(dest, None) as out:
-            out.write(source.read())
+        temporary = _temporary(dest)
+        self.fs.copy_file(src, temporary)
+        os.replace(temporary, dest)
 
     def get_type_name(self):
         return "rhnsearch-whole-files"
@@ -157,6 +151,12 @@ class WholeFiles(pafs.FileSystemHandler):
         return self.fs.open_append_stream(path)
 
 
+def _temporary(path: str) -> str:
+    """A hidden name beside `path`, unique to this write."""
+    folder, name = path.rsplit("/", 1)
+    return f"{folder}/.{name}.{uuid.uuid4().hex[:8]}.tmp"
+
+
 class _RenamedWhenClosed(io.FileIO):
     def __init__(self, temporary: str, target: str):
         super().__init__(temporary, "w")
@@ -170,5 +170,5 @@ class _RenamedWhenClosed(io.FileIO):
 
 def tune_filesystem(location: str) -> pafs.FileSystem | None:
     """The filesystem Tune writes the sweep's storage with: whole files on a local or shared
-    directory; None (Tune's own choice) for a bucket, where an object is written whole anyway."""
-    return None if is_uri(location) else pafs.PyFileSystem(WholeFiles())
+    directory; None (Tune's own choice) for a URI, which Tune resolves itself."""
+    return None if is_uri(location) else _filesystem(location)[0]
