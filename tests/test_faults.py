@@ -174,12 +174,15 @@ def test_tune_writes_the_storage_in_whole_files(tmp_path):
     """Tune copies its state and the checkpoints into the storage file by file. Through the
     sweep's filesystem a file appears under its name only once it is whole: a writer killed
     mid-file (a driver killed mid-copy: an empty searcher state, seen in a test run) leaves no
-    file cut short, and a copy as Tune makes it gives the same tree."""
+    file cut short, and a copy as Tune makes it gives the same tree. A storage given as a
+    file:// URI is written the same way."""
     import pyarrow.fs as pafs
 
     from rhnsearch.search.storage import tune_filesystem
+    from rhnsearch.search.sweep import sweep_storage
     storage = tmp_path / "storage"
     storage.mkdir()
+    assert sweep_storage(f"file://{storage}/", None) == str(storage)
     killed = subprocess.run([sys.executable, "-c", (
         "import os; from rhnsearch.search.storage import tune_filesystem; "
         f"s = tune_filesystem('{storage}').open_output_stream('{storage}/state.json'); "

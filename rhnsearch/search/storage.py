@@ -11,6 +11,8 @@ import os
 import uuid
 import zipfile
 from pathlib import Path
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -21,9 +23,12 @@ def is_uri(location: str) -> bool:
 
 
 def normalize(location: str) -> str:
-    """A local path made absolute (every process must name the same directory); URIs as given,
+    """A local path, or a file:// URI, as an absolute path (every process must name the same
+    directory, and Tune writes a path in whole files: tune_filesystem); other URIs as given,
     without a trailing slash."""
-    if is_uri(location):
+    if location.startswith("file://"):
+        location = url2pathname(urlparse(location).path)
+    elif is_uri(location):
         return location.rstrip("/")
     return str(Path(location).expanduser().resolve())
 
