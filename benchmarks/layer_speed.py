@@ -9,11 +9,12 @@ last, one JSON line with "shapes", "rhn_over_lstm" (fused RHN / nn.LSTM), "naive
 (reference / fused), "naive_rhn_over_lstm" (reference / nn.LSTM), one ratio per shape (null
 where the arch is not timed at that shape), the same for every arch, "rhn_products_over_lstm"
 (the fused RHN's matrix products alone / nn.LSTM: how far any loop rewrite could go) and
-"tokens_per_sec".
+"tokens_per_sec"; with --compile also "compiled_over_{arch}" (the reference backend over a
+torch.compile'd cell / fused: whether a compiled loop would beat the hand-written one).
 The shapes: the two reference shapes (a JSB-like and a PTB-like layer) and the papers' PTB
 shapes (width 830 at depth 10, RHN paper; at depth 40, HSG paper).
 
-    python benchmarks/layer_speed.py [--data-dir DIR] [--rounds 15]
+    python benchmarks/layer_speed.py [--data-dir DIR] [--rounds 15] [--compile]
 
 On a machine shared with other jobs, `--threads 1 --clock thread` times the main thread's CPU
 time instead of the wall clock: much less sensitive to the other jobs (one thread only).
@@ -86,15 +87,18 @@ def rhn_products(shape: dict):
     return run
 
 
-def time_layers(shape: dict, arch: str, rounds: int, clock) -> dict:
+def time_layers(shape: dict, arch: str, rounds: int, clock, compiled: bool = False) -> dict:
     """Median seconds of forward + backward for the reference and fused backends and an
-    nn.LSTM of as many parameters, interleaved (for the RHN also its products alone)."""
+    nn.LSTM of as many parameters, interleaved (for the RHN also its products alone; with
+    `compiled` also the reference backend over the torch.compile'd cell)."""
     cell = make_cell(arch, shape)
     hidden = lstm_hidden(layer_params(arch, shape["depth"], shape["width"], shape["F"]),
                          shape["F"])
     layers = {"naive": Recurrent(cell, backend="reference"),
               "ours": Recurrent(cell, backend="fused"),
               "lstm": torch.nn.LSTM(shape["F"], hidden)}
+    if compiled:  # compiled on the warm-up call below
+        layers["compiled"] = Recurrent(torch.compile(cell, dynamic=False), backend="reference")
     x = torch.randn(shape["T"], shape["B"], shape["F"], requires_grad=True)
 
     def run(layer):
@@ -154,6 +158,9 @@ def main(argv=None):
     parser.add_argument("--shapes", default="0,1,2,3",
                         help="which shapes, by index (default all: 0,1 reference, 2,3 paper)")
     parser.add_argument("--no-epochs", action="store_true", help="skip the epoch timings")
+    parser.add_argument("--compile", action="store_true",
+                        help="also time the reference backend over the torch.compile'd cell "
+                             "(compiling takes about 20 s per shape and arch)")
     args = parser.parse_args(argv)
     if args.clock == "thread" and args.threads != 1:
         parser.error("--clock thread counts one thread only: use it with --threads 1")
@@ -163,7 +170,8 @@ def main(argv=None):
     print(f"torch {torch.__version__}, {args.threads} threads, {args.clock} clock, "
           f"oneDNN products: {kernels.ONEDNN}")
     print(f"{'shape (T,B,F,n,L)':<22}{'arch':<8}{'lstm n':>7}{'naive ms':>10}{'ours ms':>9}"
-          f"{'lstm ms':>9}{'ours/lstm':>11}{'naive/ours':>12}{'products/lstm':>16}")
+          f"{'lstm ms':>9}{'ours/lstm':>11}{'naive/ours':>12}{'products/lstm':>16}"
+          + (f"{'compiled/ours':>15}" if args.compile else ""))
     shapes = [SHAPES[int(i)] for i in args.shapes.split(",")]
     result = {"shapes": [{k: s[k] for k in ("T", "B", "F", "width", "depth")} for s in shapes],
               "threads": args.threads, "clock": args.clock}
@@ -171,11 +179,12 @@ def main(argv=None):
         label = "{T},{B},{F},{width},{depth}".format(**shape)
         for arch in ARCHS:
             if arch not in shape["archs"]:
-                for key in (f"{arch}_over_lstm", f"naive_over_{arch}", f"naive_{arch}_over_lstm"):
+                for key in (f"{arch}_over_lstm", f"naive_over_{arch}", f"naive_{arch}_over_lstm",
+                            *([f"compiled_over_{arch}"] if args.compile else [])):
                     result.setdefault(key, []).append(None)
                 continue
             rounds = max(3, round(args.rounds * shape["rounds"]))
-            m = time_layers(shape, arch, rounds, clock)
+            m = time_layers(shape, arch, rounds, clock, args.compile)
             over_lstm, naive_over = m["ours"] / m["lstm"], m["naive"] / m["ours"]
             result.setdefault(f"{arch}_over_lstm", []).append(round(over_lstm, 3))
             result.setdefault(f"naive_over_{arch}", []).append(round(naive_over, 3))
@@ -185,10 +194,15 @@ def main(argv=None):
             if arch == "rhn":
                 result.setdefault("rhn_products_over_lstm", []).append(
                     round(products / m["lstm"], 3))
-            print(f"{label:<22}{arch:<8}{m['lstm_hidden']:>7}{m['naive'] * 1e3:>10.1f}"
-                  f"{m['ours'] * 1e3:>9.1f}{m['lstm'] * 1e3:>9.1f}{over_lstm:>11.2f}"
-                  f"{naive_over:>12.2f}" + (f"{products / m['lstm']:>16.2f}" if products else ""),
-                  flush=True)
+            row = (f"{label:<22}{arch:<8}{m['lstm_hidden']:>7}{m['naive'] * 1e3:>10.1f}"
+                   f"{m['ours'] * 1e3:>9.1f}{m['lstm'] * 1e3:>9.1f}{over_lstm:>11.2f}"
+                   f"{naive_over:>12.2f}"
+                   + (f"{products / m['lstm']:>16.2f}" if products else f"{'':>16}"))
+            if args.compile:
+                compiled_over = m["compiled"] / m["ours"]
+                result.setdefault(f"compiled_over_{arch}", []).append(round(compiled_over, 3))
+                row += f"{compiled_over:>15.2f}"
+            print(row, flush=True)
     if not args.no_epochs:
         speeds = epoch_speed(args.data_dir)
         for name, speed in speeds.items():
