@@ -114,8 +114,8 @@ def test_resume_after_tune_deleted_the_checkpoint_its_saved_state_names(tmp_path
     """Tune deletes a superseded checkpoint before it saves its state naming the new one
     (ray-project/ray#27790): a driver killed in between left a sweep that `sweep resume`
     could not finish (seen in CI). Kill the driver, leave the files as that race does (the
-    state's checkpoint gone, a newer one there), resume: the trial goes on from the newer
-    checkpoint and its run has every epoch once."""
+    state's checkpoint gone, a newer one there, and a file a kill cut short), resume: the trial
+    goes on from the newer checkpoint, its run has every epoch once, and the cut file is gone."""
     import torch
 
     from rhnsearch.search.checkpoints import stale_checkpoints
@@ -141,10 +141,13 @@ def test_resume_after_tune_deleted_the_checkpoint_its_saved_state_names(tmp_path
     newer = checkpoint.rename(checkpoint.with_name(f"checkpoint_{index + 1:06d}"))
     ((trial_dir, named),) = stale_checkpoints(str(directory))
     assert trial_dir == str(newer.parent) and named < newer.name
+    leftover = directory / ".experiment_state-x.json.0123abcd.tmp"  # as a kill mid-file leaves
+    leftover.write_text('{"trial_')
 
     proc = rhnsearch_cli("sweep", "resume", sweep.name, "--json", cwd=tmp_path, timeout=400)
     summary = json_summary(proc)
     assert summary["complete"] and summary["completed"] == 1, proc.stderr[-3000:]
+    assert not leftover.exists()
     rows = sweep.results()[newer.parent.name]
     resumed = [r["epoch"] for r in rows if r["pid"] != rows[0]["pid"]]
     assert resumed == list(range(logged + 1, epochs + 1))

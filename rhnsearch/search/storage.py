@@ -8,6 +8,7 @@ An S3-compatible server other than AWS is named by the standard AWS variables
 """
 import io
 import os
+import re
 import uuid
 import zipfile
 from pathlib import Path
@@ -160,6 +161,15 @@ def _temporary(path: str) -> str:
     """A hidden name beside `path`, unique to this write."""
     folder, name = path.rsplit("/", 1)
     return f"{folder}/.{name}.{uuid.uuid4().hex[:8]}.tmp"
+
+
+def remove_leftovers(location: str):
+    """Delete the temporary files that writers killed mid-file left under a local directory
+    (call it when nothing writes there: a sweep's driver and trials are gone)."""
+    if not is_uri(location):
+        for path in Path(location).rglob(".*.tmp"):
+            if re.fullmatch(r"\..+\.[0-9a-f]{8}\.tmp", path.name):
+                path.unlink()
 
 
 class _RenamedWhenClosed(io.FileIO):

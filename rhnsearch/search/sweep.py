@@ -210,6 +210,7 @@ def resume_sweep(name: str, address: str | None = None, storage_path: str | None
         raise UserError(f"sweep {name} stopped before Ray saved its state: start it again "
                         "with `rhnsearch sweep run`")
     check_saved_state(experiment_path)
+    storage.remove_leftovers(experiment_path)
     start_ray(address)
     space = Space.model_validate(state["space"])
     repair_checkpoint_names(experiment_path)
