@@ -190,8 +190,8 @@ def main(argv=None):
             result.setdefault(f"naive_over_{arch}", []).append(round(naive_over, 3))
             result.setdefault(f"naive_{arch}_over_lstm", []).append(
                 round(m["naive"] / m["lstm"], 3))
-            products = m.get("products")
-            if arch == "rhn":
+            products = m.get("products")  # timed for the RHN only
+            if products:
                 result.setdefault("rhn_products_over_lstm", []).append(
                     round(products / m["lstm"], 3))
             row = (f"{label:<22}{arch:<8}{m['lstm_hidden']:>7}{m['naive'] * 1e3:>10.1f}"

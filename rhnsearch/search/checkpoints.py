@@ -25,9 +25,15 @@ from . import storage
 log = logging.getLogger("rhnsearch")
 
 
-# What Tune reads on resume: the newest file of each kind (by name), and how it reads it.
-SAVED_STATE = {r"experiment_state-.*\.json": json.loads,
+# What Tune reads on resume: the newest file of each kind, and how it reads it.
+EXPERIMENT_STATE = r"experiment_state-.*\.json"
+SAVED_STATE = {EXPERIMENT_STATE: json.loads,
                r"(basic-variant-state|search_gen_state)-.*\.json": cloudpickle.loads}
+
+
+def newest(names: list[str], pattern: str) -> str | None:
+    """The newest of the saved-state files named `pattern` (their names sort by time)."""
+    return max((name for name in names if re.fullmatch(pattern, name)), default=None)
 
 
 def check_saved_state(experiment: str):
@@ -35,14 +41,13 @@ def check_saved_state(experiment: str):
     Tune would log the error and start the whole experiment again, with empty configs."""
     names = storage.listdir(experiment)
     for pattern, load in SAVED_STATE.items():
-        found = [n for n in names if re.fullmatch(pattern, n)]
-        if not found:
+        name = newest(names, pattern)
+        if name is None:
             continue
-        newest = max(found)
         try:
-            load(storage.read_bytes(storage.join(experiment, newest)))
+            load(storage.read_bytes(storage.join(experiment, name)))
         except Exception as exc:  # whatever the loader raises, the file cannot be read
-            raise UserError(f"Tune's saved state {newest} in {experiment} cannot be read "
+            raise UserError(f"Tune's saved state {name} in {experiment} cannot be read "
                             f"({type(exc).__name__}: {str(exc)[:80] or 'empty file'}): this "
                             "sweep cannot be resumed; start it again with `rhnsearch sweep "
                             "run` under another --name") from None
@@ -51,12 +56,11 @@ def check_saved_state(experiment: str):
 def stale_checkpoints(experiment: str) -> list[tuple[str, str]]:
     """(trial dir, checkpoint name) of each trial whose latest checkpoint in the saved Tune
     state is no longer in the storage."""
-    states = [name for name in storage.listdir(experiment)
-              if re.fullmatch(r"experiment_state-.*\.json", name)]
-    if not states:
+    state = newest(storage.listdir(experiment), EXPERIMENT_STATE)
+    if state is None:
         return []
     stale = []
-    text = storage.read_text(storage.join(experiment, max(states)))
+    text = storage.read_text(storage.join(experiment, state))
     for trial in json.loads(text)["trial_data"]:
         info, run = (json.loads(part) if isinstance(part, str) else part for part in trial)
         manager = run.get("checkpoint_manager") or {}
