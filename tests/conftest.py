@@ -284,7 +284,9 @@ def wait_until(predicate, what: str, timeout: float = 240):
 
 class Sweep:
     """`rhnsearch sweep run` in its own process group; its Tune results read from its
-    storage (default: results/sweeps in its working dir)."""
+    storage (default: results/sweeps in its working dir). Tune's file loggers are on
+    (TUNE_DISABLE_AUTO_CALLBACK_LOGGERS=0; a sweep turns them off by default), so that a test
+    can see every result Tune logged, with the pid of the worker that reported it."""
 
     def __init__(self, cwd: Path, name: str, data_dir: Path, *args, storage: Path = None,
                  env=None):
@@ -296,7 +298,8 @@ class Sweep:
             [sys.executable, "-m", "rhnsearch.cli", "sweep", "run", str(JSB_SPACE), "--preset",
              "smoke", "--data-dir", str(data_dir), "--name", name, "--json", *where,
              *map(str, args)],
-            cwd=cwd, stdout=self.out, stderr=self.err, env={**os.environ, **(env or {})},
+            cwd=cwd, stdout=self.out, stderr=self.err,
+            env={**os.environ, "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "0", **(env or {})},
             start_new_session=True)
 
     def results(self) -> dict[str, list[dict]]:

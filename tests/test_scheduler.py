@@ -5,6 +5,7 @@ import json
 import os
 import pickle
 import time
+from pathlib import Path
 
 import pytest
 import ray
@@ -13,6 +14,7 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler
 
 from conftest import ROOT
+from rhnsearch.search import storage
 from rhnsearch.search.scheduler import CellASHAScheduler
 from rhnsearch.search.space import load_space
 from rhnsearch.search.sweep import SCHEDULER_STATE_FILE, build_scheduler
@@ -99,9 +101,15 @@ def test_diverged_results_are_not_recorded_in_the_rungs(tmp_path):
     assert report(s, trial("b"), 1, 0.9) == GO     # [1.0]: 1.0
     assert report(s, trial("c"), 1, 0.95) == STOP  # [0.9, 1.0]: 0.9333 (a NaN would make
     # the quantile NaN and stop nothing; an inf would move it)
-    strict = json.loads(state_file.read_text(), parse_constant=pytest.fail)
+    strict = json.loads(saved(state_file), parse_constant=pytest.fail)
     assert strict["rungs"] == {"rhn depth 1": {"1": {"a": 1.0, "b": 0.9, "c": 0.95}}}
     assert report(s, trial("nan"), 3, float("nan")) == GO
+
+
+def saved(state_file: Path) -> str:
+    """The scheduler's state file once the storage's thread has written what was queued."""
+    storage.LATER.wait()
+    return state_file.read_text()
 
 
 # -- the state across a resume ---------------------------------------------------------------
@@ -119,11 +127,11 @@ def test_restored_scheduler_reads_the_state_file_and_keeps_every_decision(tmp_pa
         [GO, STOP, GO]
     assert [report(first, t1, e, 1 / e) for e in (2, 3)] == [GO, GO]
     assert [report(first, t3, e, 0.8) for e in (2, 3)] == [GO, STOP]
-    saved = json.loads(state_file.read_text())
-    assert saved["rungs"] == {"rhn depth 1": {"1": {"t1": 1.0, "t2": 2.0, "t3": 0.5},
+    written = json.loads(saved(state_file))
+    assert written["rungs"] == {"rhn depth 1": {"1": {"t1": 1.0, "t2": 2.0, "t3": 0.5},
                                               "3": {"t1": 1 / 3, "t3": 0.8}}}
-    assert saved["stopped"] == {"t2": 1, "t3": 3}
-    assert saved["per_cell"] and saved["milestones"] == [1, 3]
+    assert written["stopped"] == {"t2": 1, "t3": 3}
+    assert written["per_cell"] and written["milestones"] == [1, 3]
     assert first.debug_string().splitlines() == [
         "Per-cell ASHA: rungs at epochs 1, 3; 2 trials stopped",
         "  rhn depth 1: 3 at 1, 2 at 3; 2 stopped"]
@@ -132,9 +140,9 @@ def test_restored_scheduler_reads_the_state_file_and_keeps_every_decision(tmp_pa
     assert report(restored, t2, 1, 0.1) == STOP     # stopped at 1 before: stopped again
     assert [report(restored, t3, e, 0.01) for e in (1, 2, 3)] == [GO, GO, STOP]
     assert [report(restored, t1, e, 9.0) for e in (1, 2, 3, 4)] == [GO] * 4
-    assert json.loads(state_file.read_text()) == saved  # re-reports change nothing
+    assert json.loads(saved(state_file)) == written  # re-reports change nothing
     assert report(restored, trial("t4"), 1, 0.9) == STOP  # [0.5, 1, 2]: 0.8333
-    assert json.loads(state_file.read_text())["stopped"] == {"t2": 1, "t3": 3, "t4": 1}
+    assert json.loads(saved(state_file))["stopped"] == {"t2": 1, "t3": 3, "t4": 1}
     assert report(scheduler(), trial("t4"), 1, 0.9) == GO  # empty rungs (Ray's restore)
 
 
@@ -196,7 +204,7 @@ def outcome(results, tmp_path, name: str) -> tuple[dict, dict]:
     """({(arch, q): last epoch reported}, the scheduler's state file)."""
     last = {(r.config["cell"]["arch"], r.config["cell"]["q"]): r.metrics.get("epoch")
             for r in results}
-    return last, json.loads((tmp_path / name / SCHEDULER_STATE_FILE).read_text())
+    return last, json.loads(saved(tmp_path / name / SCHEDULER_STATE_FILE))
 
 
 def test_tuner_cell_asha_stops_only_the_losers_within_each_cell(local_ray, tmp_path):

@@ -1,13 +1,15 @@
-"""Tune's saved state checked before a resume, and the repair of one that names a checkpoint
-Tune had already deleted.
+"""A trial's checkpoints in the storage: the newest one kept, Tune's saved state checked
+before a resume, and the repair of a state that names a checkpoint already deleted.
 
-With num_to_keep=1, Tune deletes the superseded checkpoint when it registers a new one, and
-saves its experiment state naming the new one only afterwards: a driver killed in between
-leaves a state naming a deleted checkpoint, and Tune's resume fails that trial
-(ray-project/ray#27790). Before resuming, each such trial gets the checkpoint Tune registered
-in place of the deleted one: the first complete one after it. Tune registers a checkpoint only
-after it has logged its result, so the trial goes on from an epoch that MLflow has (a later
-checkpoint may hold an epoch whose result the killed driver never saw).
+Each trial keeps its newest checkpoint only (KeepNewestCheckpoint). Tune's own num_to_keep
+would do the same, but it also saves and uploads the whole experiment state at every
+checkpoint of every trial (two requests a trial-epoch on a bucket); here the state is saved on
+Tune's own period, so a driver killed between two saves leaves a state naming a checkpoint
+already deleted, and Tune's resume would fail that trial (as ray-project/ray#27790 does with
+num_to_keep). Before resuming, each such trial gets the checkpoint registered in place of the
+deleted one: the first complete one after it. Tune registers a checkpoint only after it has
+logged its result, so the trial goes on from an epoch that MLflow has (a later checkpoint may
+hold an epoch whose result the killed driver never saw).
 
 This reads Tune's saved state, whose layout is Tune's own: if it is not what is expected here,
 a warning says so and the resume goes on without the repair.
@@ -16,7 +18,9 @@ import json
 import logging
 import re
 
+import pyarrow.fs as pafs
 from ray import cloudpickle
+from ray.tune import Callback
 
 from ..errors import UserError
 from ..train import CHECKPOINT_FILE
@@ -34,6 +38,46 @@ SAVED_STATE = {EXPERIMENT_STATE: json.loads,
 def newest(names: list[str], pattern: str) -> str | None:
     """The newest of the saved-state files named `pattern` (their names sort by time)."""
     return max((name for name in names if re.fullmatch(pattern, name)), default=None)
+
+
+class KeepNewestCheckpoint(Callback):
+    """Tune callback: once a trial has registered a checkpoint, its older ones are deleted from
+    the storage, by the storage's thread (after a resume, the first new checkpoint of a trial
+    clears whatever the earlier driver left)."""
+
+    def __init__(self):
+        self.newest: dict[str, str | None] = {}  # trial id -> its newest checkpoint's folder
+
+    def __getstate__(self):
+        return {"newest": {}}
+
+    def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
+        folder, name = checkpoint.path.rstrip("/").rsplit("/", 1)
+        older = self.newest.get(trial.trial_id)
+        self.newest[trial.trial_id] = name
+        storage.LATER.put(f"prune {trial.trial_id}", lambda: prune(
+            checkpoint.filesystem, folder, [older] if older else None, keep=name))
+
+
+def prune(filesystem, folder: str, names: list[str] | None, keep: str):
+    """Delete the checkpoints `names` of a trial's folder (None: every one but `keep`)."""
+    if names is None:
+        names = [info.base_name for info in filesystem.get_file_info(
+            pafs.FileSelector(folder, allow_not_found=True))
+            if re.fullmatch(r"checkpoint_\d{6}", info.base_name)]
+    for name in names:
+        if name != keep:
+            filesystem.delete_dir(f"{folder}/{name}")
+
+
+def saved_trial_ids(experiment: str) -> set[str]:
+    """The trials in Tune's newest saved experiment state."""
+    state = newest(storage.listdir(experiment), EXPERIMENT_STATE)
+    if state is None:
+        return set()
+    trials = json.loads(storage.read_text(storage.join(experiment, state)))["trial_data"]
+    return {(json.loads(info) if isinstance(info, str) else info)["trial_id"]
+            for info, _ in trials}
 
 
 def check_saved_state(experiment: str):

@@ -35,6 +35,10 @@ def start_ray(address: str | None):
         return
     # Checkpointing every epoch is the point (resume, retries): don't warn about it.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    # MLflow holds every result: Tune's file loggers (result.json, progress.csv, TensorBoard)
+    # would upload each trial's files again at every sync of the storage. Set it to 0 to
+    # have them back.
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     # The driver's opt-out goes to its trials' workers (see trainable.assigned_gpus).
     env = {k: os.environ[k] for k in (ALLOW_CPU_FALLBACK,) if k in os.environ}
     runtime_env = {"env_vars": env} if env else None

@@ -38,8 +38,9 @@ class CellASHAScheduler(FIFOScheduler):
     epoch again (retried or resumed) keeps the decision made when it was recorded.
 
     The rungs and the stops are written to `state_file` (a path or URI; None keeps them in
-    memory) whenever a trial is recorded, and read from it on first use: Tune never saves a
-    scheduler's state, and `Tuner.restore` gives back this object as pickled at the start.
+    memory) whenever a trial is recorded, by the storage's own thread (Tune's event loop does
+    not wait on a bucket), and read from it on first use: Tune never saves a scheduler's state,
+    and `Tuner.restore` gives back this object as pickled at the start.
     """
 
     def __init__(self, max_t: int, grace_period: int = 1, reduction_factor: float = 3,
@@ -114,7 +115,7 @@ class CellASHAScheduler(FIFOScheduler):
 
     def _save(self):
         if self.state_file:
-            storage.write_text(self.state_file, json.dumps({
+            storage.write_text_later(self.state_file, json.dumps({
                 "per_cell": self.per_cell, "metric": self._metric, "mode": self._mode,
                 "milestones": self.milestones, **self._state}, indent=1))
 

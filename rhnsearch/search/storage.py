@@ -1,22 +1,30 @@
 """Sweep storage: a directory that every node of the cluster sees, or a URI that pyarrow's
-filesystems read (s3://, gs://, file://). Tune keeps its state and the trials' checkpoints
-there, and the sweep keeps its own small state files beside them, so that a sweep can be
-resumed from any machine that reaches the storage.
+filesystems read (s3://, gs://, file://), pyarrow's query options included
+(`s3://BUCKET/PATH?endpoint_override=HOST:PORT&scheme=http`). Tune keeps its state and the
+trials' checkpoints there, and the sweep keeps its own small state files beside them, so that
+a sweep can be resumed from any machine that reaches the storage.
 
 An S3-compatible server other than AWS is named by the standard AWS variables
 (`AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`), which pyarrow reads.
+Every request to a bucket costs latency and money: a small file is written in one PUT, and no
+directory markers are written (see ObjectStore).
 """
 import io
+import logging
 import os
 import re
+import socket
+import threading
 import uuid
 import zipfile
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import parse_qsl, urlencode, urlparse
 from urllib.request import url2pathname
 
 import pyarrow as pa
 import pyarrow.fs as pafs
+
+log = logging.getLogger("rhnsearch")
 
 
 def is_uri(location: str) -> bool:
@@ -30,23 +38,35 @@ def normalize(location: str) -> str:
     if location.startswith("file://"):
         location = url2pathname(urlparse(location).path)
     elif is_uri(location):
-        return location.rstrip("/")
+        path, _, query = location.partition("?")
+        return path.rstrip("/") + (f"?{query}" if query else "")
     return str(Path(location).expanduser().resolve())
 
 
 def join(root: str, *parts: str) -> str:
-    return "/".join([root.rstrip("/"), *parts])
+    """`root`/part/...; a URI's query options stay at the end."""
+    path, _, query = root.partition("?")
+    return "/".join([path.rstrip("/"), *parts]) + (f"?{query}" if query else "")
 
 
-def _filesystem(location: str):
-    """(filesystem, path); a local one writes whole files (see WholeFiles)."""
-    fs, path = pafs.FileSystem.from_uri(normalize(location))
+def split(location: str) -> tuple[pafs.FileSystem, str]:
+    """(filesystem, path) of a location, as Tune takes them (storage_filesystem and a path
+    without scheme): a local one writes whole files (WholeFiles), an S3 bucket one small file
+    in one request and no directory markers (ObjectStore)."""
+    location = normalize(location)
+    if location.startswith("s3://"):
+        url = urlparse(location)
+        options = dict(parse_qsl(url.query))
+        options.setdefault("allow_delayed_open", "true")  # a small file in one PUT, not three
+        fs, _ = pafs.FileSystem.from_uri(f"s3://{url.netloc}?{urlencode(options)}")
+        return pafs.PyFileSystem(ObjectStore(fs)), f"{url.netloc}{url.path}".rstrip("/")
+    fs, path = pafs.FileSystem.from_uri(location)
     return (pafs.PyFileSystem(WholeFiles()) if isinstance(fs, pafs.LocalFileSystem) else fs), path
 
 
 def read_bytes(location: str) -> bytes | None:
     """The file's bytes, or None if there is no such file."""
-    fs, path = _filesystem(location)
+    fs, path = split(location)
     if fs.get_file_info(path).type != pafs.FileType.File:
         return None
     with fs.open_input_stream(path) as stream:
@@ -62,28 +82,88 @@ def read_text(location: str) -> str | None:
 def write_text(location: str, text: str):
     """Write the whole file at once: on a filesystem through a temporary file renamed over
     it, on an object store as one object (whole or not at all, either way)."""
-    fs, path = _filesystem(location)
+    fs, path = split(location)
     fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
     with fs.open_output_stream(path) as stream:
         stream.write(text.encode())
 
 
+def delete_dir(location: str):
+    """Delete a folder and everything in it (nothing if it is not there)."""
+    fs, path = split(location)
+    try:
+        fs.delete_dir(path)
+    except FileNotFoundError:
+        pass
+
+
+class Later:
+    """One thread doing the storage work that Tune's event loop must not wait for (on a bucket,
+    each request is a round trip): jobs run in the order queued, and a job queued under a key
+    already waiting replaces it (a state file queued twice is written once, newest text)."""
+
+    def __init__(self):
+        self.jobs, self.busy, self.thread = {}, False, None
+        self.changed = threading.Condition()
+
+    def put(self, key: str, job):
+        with self.changed:
+            self.jobs.pop(key, None)
+            self.jobs[key] = job
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="rhnsearch-storage",
+                                               daemon=True)
+                self.thread.start()
+            self.changed.notify_all()
+
+    def wait(self):
+        """Return once every job queued so far has run."""
+        with self.changed:
+            self.changed.wait_for(lambda: not self.jobs and not self.busy)
+
+    def _run(self):
+        while True:
+            with self.changed:
+                self.changed.wait_for(lambda: self.jobs)
+                key = next(iter(self.jobs))
+                job, self.busy = self.jobs.pop(key), True
+            try:
+                job()
+            except Exception as exc:  # noqa: BLE001 - a storage error must not end the sweep
+                log.warning("storage: %s failed (%s)", key, str(exc).splitlines()[0][:200])
+            with self.changed:
+                self.busy = False
+                self.changed.notify_all()
+
+
+LATER = Later()
+
+
+def write_text_later(location: str, text: str):
+    """write_text on the storage thread (see Later)."""
+    LATER.put(f"write {location}", lambda: write_text(location, text))
+
+
+def delete_dir_later(location: str):
+    LATER.put(f"delete {location}", lambda: delete_dir(location))
+
+
 def exists(location: str) -> bool:
-    fs, path = _filesystem(location)
+    fs, path = split(location)
     return fs.get_file_info(path).type != pafs.FileType.NotFound
 
 
 def listdir(location: str) -> list[str]:
     """Names of the entries of a directory (none if it does not exist)."""
-    fs, path = _filesystem(location)
+    fs, path = split(location)
     if fs.get_file_info(path).type != pafs.FileType.Directory:
         return []
     return sorted(info.base_name for info in fs.get_file_info(pafs.FileSelector(path)))
 
 
 def move(source: str, target: str):
-    fs, source_path = _filesystem(source)
-    fs.move(source_path, _filesystem(target)[1])
+    fs, source_path = split(source)
+    fs.move(source_path, split(target)[1])
 
 
 def is_zip(location: str) -> bool:
@@ -93,29 +173,16 @@ def is_zip(location: str) -> bool:
     return data is not None and zipfile.is_zipfile(io.BytesIO(data))
 
 
-class WholeFiles(pafs.FileSystemHandler):
-    """The local filesystem for Tune, except that each file it writes appears whole or not at
-    all: written under a hidden temporary name in the same directory, renamed over the target
-    when closed. Tune copies its state and the checkpoints into the storage file by file; a
-    driver killed mid-copy would otherwise leave a file cut short, and Tune's resume, failing to
-    read it, starts the experiment again from nothing."""
-
-    def __init__(self):
-        self.fs = pafs.LocalFileSystem()
+class Delegate(pafs.FileSystemHandler):
+    """A pyarrow filesystem handler that passes every call to `self.fs`: subclasses change
+    the few that differ."""
+    fs: pafs.FileSystem
 
     def __eq__(self, other):
-        return isinstance(other, WholeFiles)
-
-    def open_output_stream(self, path, metadata):
-        return pa.PythonFile(_RenamedWhenClosed(_temporary(path), path), mode="w")
-
-    def copy_file(self, src, dest):
-        temporary = _temporary(dest)
-        self.fs.copy_file(src, temporary)
-        os.replace(temporary, dest)
+        return type(other) is type(self) and self.fs.equals(other.fs)
 
     def get_type_name(self):
-        return "rhnsearch-whole-files"
+        return f"rhnsearch-{type(self).__name__}"
 
     def equals(self, other):
         return self == other
@@ -147,14 +214,64 @@ class WholeFiles(pafs.FileSystemHandler):
     def move(self, src, dest):
         self.fs.move(src, dest)
 
+    def copy_file(self, src, dest):
+        self.fs.copy_file(src, dest)
+
     def open_input_stream(self, path):
         return self.fs.open_input_stream(path)
 
     def open_input_file(self, path):
         return self.fs.open_input_file(path)
 
+    def open_output_stream(self, path, metadata):
+        return self.fs.open_output_stream(path, metadata=metadata)
+
     def open_append_stream(self, path, metadata):
         return self.fs.open_append_stream(path)
+
+
+class WholeFiles(Delegate):
+    """The local filesystem for Tune, except that each file it writes appears whole or not at
+    all: written under a hidden temporary name in the same directory, renamed over the target
+    when closed. Tune copies its state and the checkpoints into the storage file by file; a
+    driver killed mid-copy would otherwise leave a file cut short, and Tune's resume, failing to
+    read it, starts the experiment again from nothing."""
+
+    def __init__(self):
+        self.fs = pafs.LocalFileSystem()
+
+    def open_output_stream(self, path, metadata):
+        return pa.PythonFile(_RenamedWhenClosed(_temporary(path), path), mode="w")
+
+    def copy_file(self, src, dest):
+        temporary = _temporary(dest)
+        self.fs.copy_file(src, temporary)
+        os.replace(temporary, dest)
+
+
+class ObjectStore(Delegate):
+    """An S3 bucket for Tune without directory markers. A bucket has no directories (a key's
+    prefixes exist once the key does), but pyarrow writes an empty marker object for each level
+    of a directory it is asked to create, and Tune asks before every upload: at each sync, for
+    every trial's folder (thousands of requests a sweep, for nothing)."""
+
+    def __init__(self, fs: pafs.FileSystem):
+        self.fs = fs
+
+    def create_dir(self, path, recursive):
+        pass
+
+    def move(self, src, dest):
+        """A folder is moved object by object (S3 renames none)."""
+        if self.fs.get_file_info(src).type != pafs.FileType.Directory:
+            return self.fs.move(src, dest)
+        for info in self.fs.get_file_info(pafs.FileSelector(src, recursive=True)):
+            if info.type == pafs.FileType.File:
+                self.fs.copy_file(info.path, dest + info.path[len(src):])
+        self.fs.delete_dir(src)
+
+    def delete_root_dir_contents(self):
+        raise OSError("rhnsearch never empties a whole bucket")
 
 
 def _temporary(path: str) -> str:
@@ -183,7 +300,23 @@ class _RenamedWhenClosed(io.FileIO):
             os.replace(self.temporary, self.target)
 
 
-def tune_filesystem(location: str) -> pafs.FileSystem | None:
-    """The filesystem Tune writes the sweep's storage with: whole files on a local or shared
-    directory; None (Tune's own choice) for a URI, which Tune resolves itself."""
-    return None if is_uri(location) else _filesystem(location)[0]
+def check_reachable(location: str):
+    """Raise OSError, in one request or one connect, unless the bucket answers and takes a
+    write: a sweep must not start Ray and train for an hour before its first checkpoint fails."""
+    if not is_uri(location):
+        return
+    endpoint = dict(parse_qsl(location.partition("?")[2])).get("endpoint_override") or \
+        os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if location.startswith("s3://") and endpoint:
+        url = urlparse(endpoint if "://" in endpoint else f"http://{endpoint}")
+        socket.create_connection((url.hostname, url.port or 443), timeout=5).close()
+    probe = join(location, f".rhnsearch-probe-{uuid.uuid4().hex[:8]}")
+    fs, path = split(probe)
+    with fs.open_output_stream(path) as stream:
+        stream.write(b"ok")
+    fs.delete_file(path)
+
+
+def tune_filesystem(location: str) -> pafs.FileSystem:
+    """The filesystem Tune writes the sweep's storage with (see split)."""
+    return split(location)[0]

@@ -28,7 +28,8 @@ from ..errors import UserError
 from ..provenance import provenance_tags
 from ..tracking_store import check_store, resolve_tracking_uri
 from . import storage
-from .checkpoints import check_saved_state, repair_checkpoint_names
+from .checkpoints import (KeepNewestCheckpoint, check_saved_state,
+                          repair_checkpoint_names, saved_trial_ids)
 from .cluster import check_address, check_gpus, start_ray
 from .scheduler import CellASHAScheduler
 from .searchers import METRIC, MODE, build_search
@@ -99,6 +100,18 @@ def check_writable(directory: Path):
                         "directory)") from None
 
 
+def check_storage(root: str):
+    """Fail in one line unless the storage answers and takes a write (a bucket that is
+    unreachable, missing or not ours), before Ray starts."""
+    try:
+        storage.check_reachable(root)
+    except (OSError, ValueError) as exc:  # pyarrow's errors are OSError, a bad URI ValueError
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"storage {root} cannot be used ({first[:200]}): check the bucket, "
+                        "its endpoint (AWS_ENDPOINT_URL) and credentials (AWS_ACCESS_KEY_ID, "
+                        "AWS_SECRET_ACCESS_KEY)") from None
+
+
 def write_state(experiment: str, state: dict):
     try:
         storage.write_text(storage.join(experiment, STATE_FILE), json.dumps(state, indent=1))
@@ -121,6 +134,7 @@ def run_sweep(space_path, preset=None, overrides=(), address=None, search=None,
         check_gpus(space.resources.gpu, local=True)
     root = sweep_storage(storage_path, address)
     check_writable(SWEEPS_DIR.resolve() if storage.is_uri(root) else Path(root))
+    check_storage(root)
     search = search or space.search
     scheduler = scheduler or space.scheduler.name
     data_root = default_data_dir(data_dir).resolve()
@@ -178,6 +192,7 @@ def build_tuner(space: Space, state: dict, experiment_path: str) -> tune.Tuner:
                             cells)
     scheduler = build_scheduler(space, state["scheduler"],
                                 storage.join(experiment_path, SCHEDULER_STATE_FILE))
+    filesystem, path = storage.split(state["storage"])
     return tune.Tuner(
         trainable(space, cells),
         param_space=param_space,
@@ -186,10 +201,9 @@ def build_tuner(space: Space, state: dict, experiment_path: str) -> tune.Tuner:
                                     max_concurrent_trials=space.max_concurrent or None,
                                     reuse_actors=True),
         run_config=tune.RunConfig(
-            name=name, storage_path=state["storage"],
-            storage_filesystem=storage.tune_filesystem(state["storage"]), callbacks=[tracker],
-            failure_config=tune.FailureConfig(max_failures=2),
-            checkpoint_config=tune.CheckpointConfig(num_to_keep=1), verbose=1))
+            name=name, storage_path=path, storage_filesystem=filesystem,
+            callbacks=[tracker, KeepNewestCheckpoint()],
+            failure_config=tune.FailureConfig(max_failures=2), verbose=1))
 
 
 def resume_sweep(name: str, address: str | None = None, storage_path: str | None = None) \
@@ -206,7 +220,8 @@ def resume_sweep(name: str, address: str | None = None, storage_path: str | None
                         f"{', '.join(known) or 'none'} (pass --storage-path where it ran)")
     state = json.loads(text)
     check_store(state["tracking_uri"])
-    if not tune.Tuner.can_restore(experiment_path):
+    filesystem, path = storage.split(experiment_path)
+    if not tune.Tuner.can_restore(path, storage_filesystem=filesystem):
         raise UserError(f"sweep {name} stopped before Ray saved its state: start it again "
                         "with `rhnsearch sweep run`")
     check_saved_state(experiment_path)
@@ -214,9 +229,9 @@ def resume_sweep(name: str, address: str | None = None, storage_path: str | None
     start_ray(address)
     space = Space.model_validate(state["space"])
     repair_checkpoint_names(experiment_path)
-    tuner = tune.Tuner.restore(experiment_path, trainable(space, state["cells"]),
+    tuner = tune.Tuner.restore(path, trainable(space, state["cells"]),
                                resume_unfinished=True, resume_errored=True,
-                               storage_filesystem=storage.tune_filesystem(experiment_path))
+                               storage_filesystem=filesystem)
     MlflowClient(state["tracking_uri"]).set_tag(state["parent_run_id"], "resumed",
                                                 datetime.now().isoformat(timespec="seconds"))
     return finish(tuner, state)
@@ -226,7 +241,11 @@ def finish(tuner, state: dict) -> dict:
     """Run the Tuner; then wait for the MLflow records and, when every trial has ended, keep
     the best model and close the parent run. The summary is read back from MLflow."""
     start = time.monotonic()
+    # Tune's file loggers are off (start_ray): its result grid would warn that it finds no
+    # result files. MLflow has the results.
+    logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
     results = tuner.fit()
+    storage.LATER.wait()  # the scheduler's state and the checkpoints' pruning
     trials_seconds = time.monotonic() - start
     experiment_path = storage.join(state["storage"], state["name"])
     sender = sender_for(journal_dir(experiment_path, state["name"]), state["tracking_uri"],
@@ -269,7 +288,7 @@ def finish(tuner, state: dict) -> dict:
 def drop_lost_runs(client: MlflowClient, state: dict, experiment_path: str):
     """Delete the runs of trials that a killed driver had started but Tune had not saved yet:
     the resumed sweep does not know them, and runs their settings again as new trials."""
-    trials = tune_trial_ids(experiment_path)
+    trials = saved_trial_ids(experiment_path)
     lost = [run for run in child_runs(client, state)
             if run.data.tags.get("trial_id") not in trials]
     for run in lost:
@@ -277,18 +296,6 @@ def drop_lost_runs(client: MlflowClient, state: dict, experiment_path: str):
     if lost:
         log.warning("deleted %d MLflow run(s) of trials the killed driver had started before "
                     "Tune saved them; the resumed sweep ran them again", len(lost))
-
-
-def tune_trial_ids(experiment_path: str) -> set[str]:
-    """The trials in Tune's saved experiment. (Its loader warns about trials that never
-    reported a result; that is not news here.)"""
-    loader = logging.getLogger("ray.tune.analysis.experiment_analysis")
-    level = loader.level
-    loader.setLevel(logging.ERROR)
-    try:
-        return {trial.trial_id for trial in tune.ExperimentAnalysis(experiment_path).trials}
-    finally:
-        loader.setLevel(level)
 
 
 def child_runs(client: MlflowClient, state: dict) -> list:
