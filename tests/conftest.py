@@ -180,6 +180,25 @@ def jsb_diverging(sweeps_dir, data_dir) -> SmokeSweep:
     return sweep
 
 
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """A real S3-compatible server (moto) on 127.0.0.1 for the session. Its test credentials
+    are in this process's environment (pyarrow and boto3 read them, and the Ray nodes the
+    tests start inherit them); a storage URI names its endpoint (S3Server.uri)."""
+    from s3_server import S3Server
+    server = S3Server(tmp_path_factory.mktemp("s3"), free_port())
+    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                                            "AWS_DEFAULT_REGION")}
+    os.environ.update({k: server.env[k] for k in saved})
+    yield server
+    server.stop()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -288,10 +307,9 @@ class Sweep:
     (TUNE_DISABLE_AUTO_CALLBACK_LOGGERS=0; a sweep turns them off by default), so that a test
     can see every result Tune logged, with the pid of the worker that reported it."""
 
-    def __init__(self, cwd: Path, name: str, data_dir: Path, *args, storage: Path = None,
-                 env=None):
+    def __init__(self, cwd: Path, name: str, data_dir: Path, *args, storage=None, env=None):
         self.cwd, self.name = cwd, name
-        self.storage = storage or cwd / "results" / "sweeps"
+        self.storage = str(storage or cwd / "results" / "sweeps")
         self.out, self.err = open(cwd / f"{name}.out", "w+"), open(cwd / f"{name}.err", "w+")
         where = ["--storage-path", str(storage)] if storage else []
         self.proc = subprocess.Popen(
@@ -304,15 +322,18 @@ class Sweep:
 
     def results(self) -> dict[str, list[dict]]:
         """Trial dir -> the results Tune has written for it so far."""
+        from rhnsearch.search import storage
         found = {}
-        for path in (self.storage / self.name).glob("*/result.json"):
+        for trial in storage.listdir(storage.join(self.storage, self.name)):
+            text = storage.read_text(storage.join(self.storage, self.name, trial, "result.json"))
             rows = []
-            for line in path.read_text().splitlines():
+            for line in (text or "").splitlines():
                 try:
                     rows.append(json.loads(line))
                 except json.JSONDecodeError:  # a line being written
                     break
-            found[path.parent.name] = rows
+            if text is not None:
+                found[trial] = rows
         return found
 
     def wait(self, timeout: float = 600) -> tuple[int, dict | None, str]:

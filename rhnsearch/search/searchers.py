@@ -48,6 +48,19 @@ class OptunaSpace:
         return {**self.constants, "cell": cell}
 
 
+class StudyAheadOptunaSearch(OptunaSearch):
+    """Tune's OptunaSearch for a study that may be ahead of Tune's saved state: the study
+    records a trial's end at once, Tune saves its experiment every few seconds, so a resumed
+    sweep may train again the last epochs of a trial the study has finished. Those results
+    are not reported to the study again (Optuna refuses them)."""
+
+    def on_trial_result(self, trial_id: str, result: dict):
+        try:
+            super().on_trial_result(trial_id, result)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            pass
+
+
 class ObjectJournal(BaseJournalBackend):
     """An Optuna journal on an object store: each append is one new object, numbered."""
 
@@ -92,7 +105,7 @@ def build_search(space: Space, cells: list[str], constants: dict, search: str,
         param_space = {**constants, "cell": tune.grid_search(cells),
                        **{k: tune_sampler(d) for k, d in space.params.items()}}
         return param_space, BasicVariantGenerator(random_state=space.seed), space.samples
-    optuna_search = OptunaSearch(OptunaSpace(cells, space.params, constants), metric=METRIC,
+    optuna_search = StudyAheadOptunaSearch(OptunaSpace(cells, space.params, constants), metric=METRIC,
                                  mode=MODE, seed=space.seed, study_name=name,
                                  storage=optuna_storage(experiment))
     limit = space.max_concurrent or 2

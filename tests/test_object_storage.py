@@ -1,0 +1,101 @@
+"""Sweeps on object storage, for real: a bucket on an S3-compatible server (moto) on 127.0.0.1,
+named in pyarrow's query form. Everything of the sweep lives in the bucket, in few requests
+(counted at the server), and a bad bucket is one line before Ray starts."""
+import json
+import re
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from conftest import JSB_SPACE, json_summary, rhnsearch_cli, rhnsearch_main, wait_until
+from test_faults import assert_full_histories, child_runs
+from test_sweep import check_child_runs
+
+pytestmark = pytest.mark.slow
+MAX_REQUESTS_PER_TRIAL_EPOCH = 10
+
+
+def trial_epochs(uri: str) -> int:
+    return sum(int(run.data.metrics["epoch"]) for run in child_runs(uri))
+
+
+def test_a_sweep_on_a_bucket_keeps_everything_there_in_few_requests(s3_server, tmp_path,
+                                                                     data_dir):
+    """The smoke sweep's RHN cells on a bucket: Tune's state, one checkpoint per trial, the
+    scheduler's state and the sweep's state are in the bucket, no trial file is on the local
+    disk, Tune's file loggers wrote nothing, and the server answered at most 10 requests per
+    trial-epoch."""
+    bucket = s3_server.bucket()
+    before = len(s3_server.requests())
+    proc = rhnsearch_cli("sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir", data_dir,
+                         "--name", "on-s3", "--storage-path", s3_server.uri(bucket), "--json",
+                         "--set", "archs=[rhn]", cwd=tmp_path)
+    summary = json_summary(proc)
+    assert summary["complete"] and summary["trials"] == 8, proc.stderr[-3000:]
+    requests = s3_server.requests()[before:]
+    epochs = trial_epochs(f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}")
+    assert len(requests) <= MAX_REQUESTS_PER_TRIAL_EPOCH * epochs, (len(requests), epochs)
+
+    keys = [k.removeprefix("sweeps/on-s3/") for k in s3_server.keys(bucket, "sweeps/on-s3/")]
+    for name in ("rhnsearch_sweep.json", "scheduler/state.json", "tuner.pkl"):
+        assert name in keys, keys
+    assert any(re.fullmatch(r"experiment_state-.*\.json", k) for k in keys), keys
+    checkpoints = [k for k in keys if k.endswith("/trainer.pt")]
+    trials = {k.split("/")[0] for k in checkpoints}
+    assert len(trials) == 8 and len(checkpoints) == 8, checkpoints  # the newest one each
+    assert not [k for k in keys if re.search(r"result\.json|progress\.csv|events\.out", k)]
+    local = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert not [p for p in local if "checkpoint" in str(p) or "run_trial" in str(p)], local
+
+
+@pytest.mark.parametrize("case", ["unreachable", "no bucket", "bad option"])
+def test_a_bucket_that_cannot_be_used_is_one_line_before_ray(case, s3_server, tmp_path,
+                                                             data_dir):
+    """An endpoint that does not answer, a bucket that does not exist, an option pyarrow does
+    not know: one line naming the storage, exit 2, and nothing recorded."""
+    uri = {"unreachable": "s3://sweeps/x?endpoint_override=127.0.0.1:9&scheme=http",
+           "no bucket": s3_server.uri("no-such-bucket"),
+           "bad option": s3_server.uri(s3_server.bucket()) + "&colour=blue"}[case]
+    proc = rhnsearch_main("sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir",
+                          data_dir, "--storage-path", uri, cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert f"storage {uri} cannot be used" in proc.stderr
+    assert not (tmp_path / "results" / "mlflow.db").exists()
+
+
+def test_killed_driver_resumes_from_another_directory(s3_server, tmp_path, data_dir, sweeps):
+    """An Optuna sweep on a bucket, its driver SIGKILLed once trials have ended; `sweep
+    resume NAME --storage-path s3://...` from another directory finishes it: the Optuna
+    journal and Tune's state come from the bucket, every trial has every epoch once in
+    MLflow, and no trial file is on either local disk."""
+    bucket = s3_server.bucket()
+    uri = s3_server.uri(bucket)
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir(), second.mkdir()
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    sweep = sweeps(first, "optuna-s3", data_dir, "--search", "optuna", "--set", "archs=[rhn]",
+                   "--set", "depths=[1,2]", "--set", "samples=3", "--set", "fixed.epochs=6",
+                   "--set", "scheduler.name=fifo", "--tracking-uri", store, storage=uri)
+
+    def ended():  # once the driver has made the store (it writes the sweep's state after)
+        return "sweeps/optuna-s3/rhnsearch_sweep.json" in s3_server.keys(bucket) and sum(
+            r.info.end_time is not None for r in child_runs(store)) >= 2
+    wait_until(ended, "two trials ended")
+    sweep.stop()
+    assert any(k.startswith("sweeps/optuna-s3/optuna_journal/")
+               for k in s3_server.keys(bucket, "sweeps/optuna-s3/"))
+    proc = rhnsearch_cli("sweep", "resume", "optuna-s3", "--storage-path", uri, "--json",
+                         cwd=second, timeout=600)
+    summary = json_summary(proc)
+    assert summary["complete"] and summary["completed"] == 6, proc.stderr[-3000:]
+    client = MlflowClient(store)
+    runs = child_runs(store)
+    check_child_runs(client, runs, 6)
+    for run in runs:
+        assert_full_histories(client, run, 6)
+    for directory in (first, second):
+        local = [p for p in directory.rglob("*") if p.is_file()]
+        assert not [p for p in local if "checkpoint" in str(p) or "run_trial" in str(p)], local
+    state = json.loads(s3_server.client().get_object(
+        Bucket=bucket, Key="sweeps/optuna-s3/rhnsearch_sweep.json")["Body"].read())
+    assert state["search"] == "optuna" and state["storage"] == uri
