@@ -455,35 +455,43 @@ def test_mlflow_down_mid_sweep_records_reach_it_when_back(mlflow_srv, tmp_path, 
     assert not (tmp_path / "results" / "sweeps" / sweep.name / "mlflow_pending.jsonl").exists()
 
 
-def test_mlflow_down_to_the_end_then_resume_sends_what_was_kept(mlflow_srv, tmp_path,
-                                                                data_dir, sweeps):
-    """The server dies for good mid-sweep: the trials still finish; the driver keeps the
-    records on disk and ends with one line naming the fix; with the server back, `sweep
-    resume` sends them and closes the sweep."""
+def test_mlflow_down_to_the_end_then_resume_elsewhere_sends_what_was_kept(
+        mlflow_srv, tmp_path, data_dir, sweeps, s3_server):
+    """The server dies for good mid-sweep on a bucket: the trials still finish; the driver
+    keeps the records on its disk and a copy in the bucket, and ends with one line naming the
+    fix; with the server back, `sweep resume` run from another directory (another machine's
+    disk) sends them from the bucket and closes the sweep, and the copy goes."""
     epochs = 3
-    sweep = sweeps(tmp_path, "mlflow-gone", data_dir, "--tracking-uri", mlflow_srv.uri,
-                   *SMALL, "--set", "depths=[1]", "--set", f"fixed.epochs={epochs}")
+    bucket = s3_server.bucket()
+    storage = s3_server.uri(bucket)
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir(), second.mkdir()
+    sweep = sweeps(first, "mlflow-gone", data_dir, "--tracking-uri", mlflow_srv.uri,
+                   *SMALL, "--set", "depths=[1]", "--set", f"fixed.epochs={epochs}",
+                   storage=storage)
     wait_until(lambda: any(r.data.metrics.get("epoch", 0) >= 1
                            for r in child_runs(mlflow_srv.uri)), "MLflow shows epoch 1")
     mlflow_srv.kill()
 
     code, summary, err = sweep.wait()
     assert code == 2 and "Traceback" not in err, err[-3000:]
-    pending = tmp_path / "results" / "sweeps" / sweep.name / "mlflow_pending.jsonl"
-    assert pending.exists() and f"saved in {pending}" in err
+    key = "sweeps/mlflow-gone/mlflow_pending.jsonl"
+    assert key in s3_server.keys(bucket)
+    assert f"saved in s3://{bucket}/{key}?" in err
     assert f"rhnsearch sweep resume {sweep.name}" in err.strip().splitlines()[-1]
     assert all(rows[-1]["status"] == "completed" for rows in sweep.results().values())
 
     mlflow_srv.start()
-    proc = rhnsearch_cli("sweep", "resume", sweep.name, "--json", cwd=tmp_path, timeout=300)
+    proc = rhnsearch_cli("sweep", "resume", sweep.name, "--storage-path", storage, "--json",
+                         cwd=second, timeout=300)
     summary = json_summary(proc)
-    assert summary["complete"] and summary["completed"] == 2
+    assert summary["complete"] and summary["completed"] == 2, proc.stderr[-3000:]
     client = MlflowClient(mlflow_srv.uri)
     runs = child_runs(mlflow_srv.uri)
     check_child_runs(client, runs, 2)
     for run in runs:
         assert_full_histories(client, run, epochs)
-    assert not pending.exists()
+    assert key not in s3_server.keys(bucket)
 
 
 def test_driver_killed_while_mlflow_is_down_loses_no_record(mlflow_srv, tmp_path, data_dir,
@@ -667,7 +675,7 @@ def test_resumed_driver_leaves_finished_runs_as_they_were(tmp_path):
     def driver():
         tracking._SENDERS.clear()  # a driver process of its own, with a sender of its own
         tracker = tracking.MLflowTracker(client.tracking_uri, experiment, parent, "s",
-                                         str(tmp_path), cells)
+                                         str(tmp_path), cells)  # its storage: a directory
         tracker.setup()
         return tracker
     done, retried = (Trial("run_trial", config={"cell": "rhn d1 w8"}, trial_id=name,

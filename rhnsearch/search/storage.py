@@ -88,6 +88,11 @@ def write_text(location: str, text: str):
         stream.write(text.encode())
 
 
+def delete_file(location: str):
+    fs, path = split(location)
+    fs.delete_file(path)
+
+
 def delete_dir(location: str):
     """Delete a folder and everything in it (nothing if it is not there)."""
     fs, path = split(location)

@@ -5,7 +5,8 @@ Where a sweep keeps its state: Tune's experiment (its state and every trial's ch
 the sweep's own state file and the Optuna study live in the sweep's *storage*,
 `STORAGE/NAME`: results/sweeps by default, a shared directory or a bucket URI on a cluster.
 The MLflow records waiting to be sent are journaled beside them when the storage is a
-directory, else in results/sweeps/NAME on the driver's machine.
+directory, else in results/sweeps/NAME on the driver's machine with a copy in the bucket
+while they wait (tracking.Journal).
 """
 import errno
 import json
@@ -57,11 +58,6 @@ def sweep_storage(location: str | None, address: str | None) -> str:
                         "node can read them: pass --storage-path with a shared directory or "
                         f"a bucket URI (s3://BUCKET/PATH), or set {STORAGE_ENV}")
     return str(SWEEPS_DIR.resolve())
-
-
-def journal_dir(experiment: str, name: str) -> str:
-    """Where the sweep's MLflow journal lives: beside Tune's state if that is a directory."""
-    return experiment if not storage.is_uri(experiment) else str((SWEEPS_DIR / name).resolve())
 
 
 def trainable(space: Space, cells: dict):
@@ -188,8 +184,7 @@ def build_tuner(space: Space, state: dict, experiment_path: str) -> tune.Tuner:
     param_space, search_alg, num_samples = build_search(space, list(cells), constants,
                                                         state["search"], experiment_path, name)
     tracker = MLflowTracker(state["tracking_uri"], state["experiment_id"],
-                            state["parent_run_id"], name, journal_dir(experiment_path, name),
-                            cells)
+                            state["parent_run_id"], name, experiment_path, cells)
     scheduler = build_scheduler(space, state["scheduler"],
                                 storage.join(experiment_path, SCHEDULER_STATE_FILE))
     filesystem, path = storage.split(state["storage"])
@@ -248,13 +243,14 @@ def finish(tuner, state: dict) -> dict:
     storage.LATER.wait()  # the scheduler's state and the checkpoints' pruning
     trials_seconds = time.monotonic() - start
     experiment_path = storage.join(state["storage"], state["name"])
-    sender = sender_for(journal_dir(experiment_path, state["name"]), state["tracking_uri"],
-                        state["experiment_id"], state["parent_run_id"], state["name"])
+    sender = sender_for(experiment_path, state["tracking_uri"], state["experiment_id"],
+                        state["parent_run_id"], state["name"])
     if not sender.drain():
+        kept = sender.journal.mirror or sender.journal.path
         raise UserError(f"sweep {state['name']}: every trial ended but MLflow at "
                         f"{state['tracking_uri']} is not answering: its records are saved in "
-                        f"{sender.journal.path}; when it is back, `rhnsearch sweep resume "
-                        f"{state['name']}` sends them and closes the sweep")
+                        f"{kept}; when it is back, `rhnsearch sweep resume {state['name']}` "
+                        "sends them and closes the sweep")
     client = MlflowClient(state["tracking_uri"])
     try:
         drop_lost_runs(client, state, experiment_path)

@@ -4,7 +4,9 @@ A Ray Tune callback (`MLflowTracker`) turns trial events into records: the trial
 it starts, that epoch's metrics (step = epoch) and where it ran when it reports, its status
 tags and end when it ends. A record is appended to a journal on disk first (a killed driver
 loses none), then sent to MLflow by a background thread (`Sender`): Tune's event loop never
-waits on the network. Every record can be sent twice without effect, so a request that timed
+waits on the network. A sweep whose storage is a bucket journals on the driver's disk and
+copies the records MLflow has not taken to the bucket while they wait, so that a resume on
+another machine sends them. Every record can be sent twice without effect, so a request that timed
 out but reached the server does no harm: a trial's run is looked up by its trial-id tag before
 one is created, metrics keep their timestamps (MLflow keeps one copy of an identical metric),
 epochs MLflow already has are not sent again, and runs end with their recorded end time.
@@ -25,12 +27,16 @@ from ray.tune import Callback
 from ..provenance import provenance_tags
 from ..tasks import get_task
 from ..tracking_store import artifact_root
+from . import storage
 from .trainable import trial_config
 
 log = logging.getLogger("rhnsearch")
 QUEUE_SIZE = 1000  # records held in memory for the sender; the journal holds them all
 BACKOFF_SECONDS = (1, 2, 5, 10, 30)  # between attempts while the store does not answer
 DRAIN_SECONDS = 30  # after the trials: how long an unreachable store is waited for
+MIRROR_SECONDS = 10  # while the store does not answer: how often waiting records are copied
+PENDING_FILE = "mlflow_pending.jsonl"
+LOCAL_JOURNALS = Path("results/sweeps")  # on the driver, for a sweep whose storage is a bucket
 SKIP_RESULT_KEYS = {"status", "epoch", "done", "training_iteration", "trial_id", "date",
                     "timestamp", "pid", "hostname", "node_ip", "config", "time_since_restore",
                     "iterations_since_restore", "checkpoint_dir_name", "should_checkpoint",
@@ -55,36 +61,55 @@ def flat_params(config: dict, cells: dict) -> dict:
     return params
 
 
+def journal_location(experiment: str, sweep: str) -> tuple[str, str | None]:
+    """(the journal's directory, its copy in a bucket or None): beside Tune's state if the
+    storage is a directory, else in results/sweeps/NAME of the driver's working dir (relative:
+    a resumed driver's own) with a copy in the bucket."""
+    if not storage.is_uri(experiment):
+        return experiment, None
+    return str(LOCAL_JOURNALS / sweep), storage.join(experiment, PENDING_FILE)
+
+
+def parse(text: str) -> list[dict]:
+    """A journal's records; a line cut short by a dying driver ends the list."""
+    found = []
+    for line in text.splitlines():
+        try:
+            found.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return found
+
+
 class Journal:
     """Records appended to a file and synced before they are sent, numbered; the number of
-    the last record MLflow has taken is kept beside it. Once everything is sent the file goes."""
+    the last record MLflow has taken is kept beside it. Once everything is sent the file goes.
+    With a `mirror` (a file in the bucket), the records not sent are copied there on demand,
+    and the ones found there when the journal opens are taken into the file."""
 
-    def __init__(self, directory):
-        self.path = Path(directory) / "mlflow_pending.jsonl"
+    def __init__(self, directory, mirror: str | None = None):
+        self.path = Path(directory) / PENDING_FILE
         self.sent_path = Path(directory) / "mlflow_sent"
+        self.mirror, self.mirrored = mirror, False
         self.lock = threading.Lock()
         self.last = max([self.sent(), *(r["seq"] for r in self.records())])
+        left = parse(storage.read_text(mirror) or "") if mirror else []
+        for record in left:
+            if record["seq"] > self.last:  # left by a driver on another machine
+                self.append(record, record["seq"])
+        self.mirrored = bool(left)
 
     def sent(self) -> int:
         return int(self.sent_path.read_text()) if self.sent_path.exists() else 0
 
     def records(self, after: int = 0) -> list[dict]:
-        """The journal's records numbered above `after`; a line cut short by a dying driver
-        ends the list."""
-        found = []
-        if self.path.exists():
-            for line in self.path.read_text().splitlines():
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    break
-                if record["seq"] > after:
-                    found.append(record)
-        return found
+        """The journal's records numbered above `after`."""
+        found = parse(self.path.read_text()) if self.path.exists() else []
+        return [r for r in found if r["seq"] > after]
 
-    def append(self, record: dict) -> dict:
+    def append(self, record: dict, seq: int | None = None) -> dict:
         with self.lock:
-            self.last += 1
+            self.last = seq or self.last + 1
             record["seq"] = self.last
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.path, "a") as out:
@@ -92,6 +117,17 @@ class Journal:
                 out.flush()
                 os.fsync(out.fileno())
         return record
+
+    def copy_to_mirror(self):
+        """Copy the records not sent yet to the mirror (remove it once none are left)."""
+        if self.mirror is None:
+            return
+        pending = self.records(self.sent())
+        if pending:
+            storage.write_text(self.mirror, "".join(json.dumps(r) + "\n" for r in pending))
+        elif self.mirrored:
+            storage.delete_file(self.mirror)
+        self.mirrored = bool(pending)
 
     def ack(self, seq: int):
         """Record that MLflow has every record up to `seq`; drop the file once it has all."""
@@ -119,6 +155,7 @@ class Sender:
         self.max_epoch: dict[str, int] = {}  # trial id -> last epoch MLflow has
         self.finished: set[str] = set()  # trials whose run ended FINISHED
         self.failing_since = None  # time.monotonic() of the first failure in a row
+        self.mirrored_at = 0.0  # time.monotonic() of the last copy to the journal's mirror
         self.client = None
         threading.Thread(target=self._run, name="rhnsearch-mlflow", daemon=True).start()
 
@@ -135,9 +172,19 @@ class Sender:
             while self.delivered < self.journal.last:
                 failing = self.failing_since
                 if failing is not None and time.monotonic() - failing > timeout:
+                    self._mirror()
                     return False
                 self.done.wait(1.0)
         return True
+
+    def _mirror(self):
+        """Copy the waiting records to the bucket, if the journal has a mirror there."""
+        try:
+            self.journal.copy_to_mirror()
+            self.mirrored_at = time.monotonic()
+        except OSError as exc:
+            log.warning("could not copy the waiting MLflow records to %s (%s)",
+                        self.journal.mirror, str(exc).splitlines()[0][:160])
 
     def _run(self):
         self._attempt(self._load)
@@ -160,6 +207,8 @@ class Sender:
     def _deliver(self, record: dict):
         self._attempt(lambda: self._send(record))
         self.journal.ack(record["seq"])
+        if self.journal.mirrored and record["seq"] == self.journal.last:
+            self._mirror()  # every record is in MLflow: the copy goes
         with self.done:
             self.delivered = record["seq"]
             self.done.notify_all()
@@ -177,6 +226,8 @@ class Sender:
                     log.warning("MLflow at %s is not answering (%s); records wait in %s and "
                                 "are retried", self.uri, str(exc).splitlines()[0][:160],
                                 self.journal.path)
+                if time.monotonic() - self.mirrored_at > MIRROR_SECONDS:
+                    self._mirror()
                 time.sleep(BACKOFF_SECONDS[min(attempt, len(BACKOFF_SECONDS) - 1)])
         if self.failing_since is not None:
             log.warning("MLflow at %s is back: sending the waiting records", self.uri)
@@ -245,13 +296,15 @@ _SENDERS: dict[Path, Sender] = {}  # one sender per journal in this process
 _SENDERS_LOCK = threading.Lock()
 
 
-def sender_for(journal_dir, uri: str, experiment_id: str, parent_run_id: str,
+def sender_for(experiment: str, uri: str, experiment_id: str, parent_run_id: str,
                sweep: str) -> Sender:
-    """The sender of the sweep whose journal is in `journal_dir` (started on first use)."""
-    key = Path(journal_dir).resolve()
+    """The sender of the sweep whose storage is `experiment` (started on first use)."""
+    directory, mirror = journal_location(experiment, sweep)
+    key = Path(directory).resolve()
     with _SENDERS_LOCK:
         if key not in _SENDERS:
-            _SENDERS[key] = Sender(uri, experiment_id, parent_run_id, sweep, Journal(key))
+            _SENDERS[key] = Sender(uri, experiment_id, parent_run_id, sweep,
+                                   Journal(key, mirror))
         return _SENDERS[key]
 
 
@@ -260,9 +313,9 @@ class MLflowTracker(Callback):
     sender is found again, or started, by `setup`)."""
 
     def __init__(self, tracking_uri: str, experiment_id: str, parent_run_id: str,
-                 sweep: str, journal_dir: str, cells: dict):
+                 sweep: str, experiment: str, cells: dict):
         self.tracking_uri, self.experiment_id = tracking_uri, experiment_id
-        self.parent_run_id, self.sweep, self.journal_dir = parent_run_id, sweep, journal_dir
+        self.parent_run_id, self.sweep, self.experiment = parent_run_id, sweep, experiment
         self.cells = cells
         self._reset()
 
@@ -277,7 +330,7 @@ class MLflowTracker(Callback):
 
     def setup(self, **info):
         self._reset()
-        self.sender = sender_for(self.journal_dir, self.tracking_uri, self.experiment_id,
+        self.sender = sender_for(self.experiment, self.tracking_uri, self.experiment_id,
                                  self.parent_run_id, self.sweep)
 
     def _record(self, trial_id: str, metrics=(), params=(), tags=(), end=None, name=None):
