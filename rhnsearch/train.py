@@ -218,7 +218,8 @@ class Trainer:
         return metrics
 
     def run_epoch(self) -> dict:
-        """Train and validate one epoch; returns its metrics (status 'diverged' ends the run)."""
+        """Train and validate one epoch; returns its metrics. Their status is the trainer's
+        after the epoch: running, diverged (which ends the run), or completed after the last."""
         start = time.perf_counter()
         lr = self.lr_at(self.epoch + 1)
         train_loss, grad_norm, steps, items = self.train_epoch()
@@ -231,6 +232,8 @@ class Trainer:
             elif valid_loss < self.best_valid:
                 self.best_valid, self.best_epoch = valid_loss, self.epoch
                 self.best_state = copy.deepcopy(self.model.state_dict())
+        if self.status == "running" and self.epoch >= self.config.epochs:
+            self.status = "completed"
         seconds = time.perf_counter() - start
         metrics = self._with_ppl({
             "epoch": self.epoch, "train_loss": train_loss if self.status != "diverged"
