@@ -91,7 +91,10 @@ def build_search(space: Space, cells: list[str], constants: dict, search: str,
     if search == "random":
         param_space = {**constants, "cell": tune.grid_search(cells),
                        **{k: tune_sampler(d) for k, d in space.params.items()}}
-        return param_space, BasicVariantGenerator(random_state=space.seed), space.samples
+        # Tune ignores max_concurrent_trials beside a BasicVariantGenerator: the cap goes here
+        return param_space, BasicVariantGenerator(random_state=space.seed,
+                                                  max_concurrent=space.max_concurrent), \
+            space.samples
     optuna_search = OptunaSearch(OptunaSpace(cells, space.params, constants), metric=METRIC,
                                  mode=MODE, seed=space.seed, study_name=name,
                                  storage=optuna_storage(experiment))
