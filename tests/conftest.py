@@ -124,7 +124,7 @@ class SmokeSweep:
     """A finished smoke sweep: its working dir, MLflow store URI and JSON summary."""
 
     def __init__(self, cwd: Path, space: str, name: str, data_dir: Path, *extra):
-        self.cwd, self.name = cwd, name
+        self.cwd, self.name, self.data_dir = cwd, name, data_dir
         self.tracking_uri = f"sqlite:///{cwd / 'results' / 'mlflow.db'}"
         proc = rhnsearch_cli("sweep", "run", ROOT / "spaces" / f"{space}.yaml", "--preset",
                              "smoke", "--data-dir", data_dir, "--name", name, "--json",

@@ -1,5 +1,6 @@
 """Sweeps end to end on a real local Ray, a real MLflow store and server, a real two-node
 Ray cluster, and a driver killed mid-sweep."""
+import hashlib
 import json
 import math
 import os
@@ -43,6 +44,18 @@ def check_child_runs(client: MlflowClient, runs, expected: int):
         assert run.info.status == "FINISHED"
 
 
+def check_dataset_input(run, data_dir: Path):
+    """The run names its data as an MLflow dataset input: JSB from its public URL, for
+    training, with the sha256 of the very file in the data dir."""
+    (only,) = run.inputs.dataset_inputs
+    dataset = only.dataset
+    assert (dataset.name, dataset.source_type) == ("jsb", "http") and len(dataset.digest) == 16
+    assert json.loads(dataset.source)["url"].endswith("/jsb-chorales-quarter.json")
+    assert {t.key: t.value for t in only.tags} == {"mlflow.data.context": "training"}
+    (file,) = json.loads(dataset.profile)["files"]
+    assert file["sha256"] == hashlib.sha256((data_dir / file["path"]).read_bytes()).hexdigest()
+
+
 def test_smoke_sweep_records_every_trial_in_mlflow(jsb_smoke):
     client = jsb_smoke.client()
     experiment = client.get_experiment_by_name("jsb_optimization")
@@ -63,6 +76,8 @@ def test_smoke_sweep_records_every_trial_in_mlflow(jsb_smoke):
     assert best["best_valid_loss"] == min(
         r.data.metrics["best_valid_loss"] for r in runs if r.data.tags["status"] in
         ("completed", "stopped"))
+    for run in [parent, *runs]:
+        check_dataset_input(client.get_run(run.info.run_id), jsb_smoke.data_dir)
     artifacts = [a.path for a in client.list_artifacts(best["run_id"], "model")]
     assert "model/model.pt" in artifacts and "model/config.json" in artifacts
     (line,) = [x for x in jsb_smoke.stderr.splitlines() if x.startswith("sweep smoke-jsb:")]

@@ -24,6 +24,7 @@ from ray.tune.schedulers import FIFOScheduler
 
 from ..data import data_dir as default_data_dir
 from ..data import load_dataset
+from ..data.recorded import dataset_input
 from ..errors import UserError
 from ..provenance import provenance_tags
 from ..tracking_store import check_store, resolve_tracking_uri
@@ -153,8 +154,10 @@ def run_sweep(space_path, preset=None, overrides=(), address=None, search=None,
 
 
 def log_sweep_params(client: MlflowClient, state: dict, space: Space):
-    """The sweep's settings as params of its parent run, and the whole space as space.json."""
+    """The sweep's settings as params of its parent run, its dataset as the run's input, and
+    the whole space as space.json."""
     run_id = state["parent_run_id"]
+    client.log_inputs(run_id, [dataset_input(space.dataset)])
     for key, value in [("space", Path(state["space_path"]).name),
                        ("preset", state["preset"] or "base"), ("search", state["search"]),
                        ("scheduler", state["scheduler"]), ("trials", state["trials"]),
