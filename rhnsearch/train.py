@@ -106,6 +106,15 @@ class TrialConfig:
         return self
 
 
+def trial_model(config: TrialConfig, vocab_size: int = 0) -> torch.nn.Module:
+    """The model a config describes, freshly initialized from torch's current RNG."""
+    return build_model(
+        config.task, config.arch, config.depth, config.width, vocab_size=vocab_size,
+        tied=config.tied, init_scale=config.init_scale, t_bias=config.t_bias,
+        hsg_bias=config.hsg_bias, drop_x=config.drop_x, drop_i=config.drop_i,
+        drop_h=config.drop_h, drop_o=config.drop_o, backend=config.backend)
+
+
 def pick_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -130,12 +139,7 @@ class Trainer:
         self.shuffle = torch.Generator().manual_seed(config.seed)
         self.task = get_task(config.task)
         vocab = len(getattr(data, "vocab", ()))
-        self.model = build_model(
-            config.task, config.arch, config.depth, config.width, vocab_size=vocab,
-            tied=config.tied, init_scale=config.init_scale, t_bias=config.t_bias,
-            hsg_bias=config.hsg_bias, drop_x=config.drop_x, drop_i=config.drop_i,
-            drop_h=config.drop_h, drop_o=config.drop_o, backend=config.backend
-        ).to(self.device)
+        self.model = trial_model(config, vocab).to(self.device)
         self.params = count_params(config.task, config.arch, config.depth, config.width,
                                    config.tied, vocab)
         self.optimizer = self._optimizer()

@@ -2,6 +2,7 @@
 its sweep, the sweep's nested trial runs and its plots are on the pages a user opens.
 Screenshots are kept in $RHNSEARCH_TEST_ARTIFACTS (default results/test-artifacts/). The same
 server checks the export's HTTP path."""
+import json
 import os
 import re
 import shutil
@@ -156,3 +157,24 @@ def test_ui_stopped_by_a_signal_takes_its_server_down(signum, tmp_path):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_ui_server_gives_the_runs_datasets_and_the_models_tab(ui, jsb_smoke):
+    """What the runs table's Dataset column and the experiment's Models tab read, asked of
+    the UI's own server: every run's dataset input, and the sweep's best model."""
+    experiment = jsb_smoke.client().get_experiment_by_name("jsb_optimization").experiment_id
+
+    def post(path: str, body: dict) -> dict:
+        request = urllib.request.Request(f"{ui}/api/2.0/mlflow/{path}", method="POST",
+                                         data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            return json.loads(answer.read())
+
+    runs = post("runs/search", {"experiment_ids": [experiment], "max_results": 1000})["runs"]
+    assert len(runs) == jsb_smoke.summary["trials"] + 1
+    names = {d["dataset"]["name"] for r in runs for d in r["inputs"]["dataset_inputs"]}
+    assert names == {"jsb"} and all(r["inputs"]["dataset_inputs"] for r in runs)
+    models = post("logged-models/search", {"experiment_ids": [experiment]})["models"]
+    best = jsb_smoke.summary["best"]["run_id"]
+    assert "model" in [m["info"]["name"] for m in models if m["info"]["source_run_id"] == best]
