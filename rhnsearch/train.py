@@ -106,6 +106,15 @@ class TrialConfig:
         return self
 
 
+def trial_model(config: TrialConfig, vocab_size: int = 0) -> torch.nn.Module:
+    """The model a config describes, freshly initialized from torch's current RNG."""
+    return build_model(
+        config.task, config.arch, config.depth, config.width, vocab_size=vocab_size,
+        tied=config.tied, init_scale=config.init_scale, t_bias=config.t_bias,
+        hsg_bias=config.hsg_bias, drop_x=config.drop_x, drop_i=config.drop_i,
+        drop_h=config.drop_h, drop_o=config.drop_o, backend=config.backend)
+
+
 def pick_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -130,12 +139,7 @@ class Trainer:
         self.shuffle = torch.Generator().manual_seed(config.seed)
         self.task = get_task(config.task)
         vocab = len(getattr(data, "vocab", ()))
-        self.model = build_model(
-            config.task, config.arch, config.depth, config.width, vocab_size=vocab,
-            tied=config.tied, init_scale=config.init_scale, t_bias=config.t_bias,
-            hsg_bias=config.hsg_bias, drop_x=config.drop_x, drop_i=config.drop_i,
-            drop_h=config.drop_h, drop_o=config.drop_o, backend=config.backend
-        ).to(self.device)
+        self.model = trial_model(config, vocab).to(self.device)
         self.params = count_params(config.task, config.arch, config.depth, config.width,
                                    config.tied, vocab)
         self.optimizer = self._optimizer()
@@ -218,7 +222,8 @@ class Trainer:
         return metrics
 
     def run_epoch(self) -> dict:
-        """Train and validate one epoch; returns its metrics (status 'diverged' ends the run)."""
+        """Train and validate one epoch; returns its metrics. Their status is the trainer's
+        after the epoch: running, diverged (which ends the run), or completed after the last."""
         start = time.perf_counter()
         lr = self.lr_at(self.epoch + 1)
         train_loss, grad_norm, steps, items = self.train_epoch()
@@ -231,6 +236,8 @@ class Trainer:
             elif valid_loss < self.best_valid:
                 self.best_valid, self.best_epoch = valid_loss, self.epoch
                 self.best_state = copy.deepcopy(self.model.state_dict())
+        if self.status == "running" and self.epoch >= self.config.epochs:
+            self.status = "completed"
         seconds = time.perf_counter() - start
         metrics = self._with_ppl({
             "epoch": self.epoch, "train_loss": train_loss if self.status != "diverged"

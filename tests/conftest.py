@@ -124,7 +124,7 @@ class SmokeSweep:
     """A finished smoke sweep: its working dir, MLflow store URI and JSON summary."""
 
     def __init__(self, cwd: Path, space: str, name: str, data_dir: Path, *extra):
-        self.cwd, self.name = cwd, name
+        self.cwd, self.name, self.data_dir = cwd, name, data_dir
         self.tracking_uri = f"sqlite:///{cwd / 'results' / 'mlflow.db'}"
         proc = rhnsearch_cli("sweep", "run", ROOT / "spaces" / f"{space}.yaml", "--preset",
                              "smoke", "--data-dir", data_dir, "--name", name, "--json",
@@ -152,8 +152,12 @@ def sweeps_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def jsb_smoke(sweeps_dir, data_dir) -> SmokeSweep:
-    """The JSB optimization study's smoke preset, run once per session on a local Ray."""
-    return SmokeSweep(sweeps_dir, "jsb_optimization", "smoke-jsb", data_dir)
+    """The JSB optimization study's smoke preset, run once per session on a local Ray; its
+    best model is registered as version 1 of `registered`."""
+    sweep = SmokeSweep(sweeps_dir, "jsb_optimization", "smoke-jsb", data_dir,
+                       "--register-model", "jsb-smoke-best")
+    sweep.registered = "jsb-smoke-best"
+    return sweep
 
 
 @pytest.fixture(scope="session")

@@ -5,14 +5,17 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+import mlflow
 import numpy as np
 import pandas as pd
 import pytest
 import torch
+from mlflow.tracking import MlflowClient
 from ray.tune import ExperimentAnalysis
 
 from conftest import rhnsearch_main
-from rhnsearch.analysis.checkpoint import load_trainer, log_model
+from rhnsearch.analysis.checkpoint import load_trainer
+from rhnsearch.analysis.mlflow_model import log_mlflow_model
 from rhnsearch.analysis.gates import activity_table, gate_activity, hsg_gate_values
 from rhnsearch.analysis.lesion import LESION_BIAS, lesion
 from rhnsearch.analysis.sequences import example_sequences
@@ -45,14 +48,14 @@ def smoke_models(jsb_smoke, jsb):
                   key=lambda r: r.data.metrics["best_valid_loss"])
         with checkpoints[run.data.tags["trial_id"]].as_directory() as directory:
             state = torch.load(Path(directory) / CHECKPOINT_FILE, weights_only=True)
-        log_model(client, run.info.run_id, state["config"], state["best_state"])
+        log_mlflow_model(client, run.info.run_id, state["config"], state["best_state"], jsb)
         ids[arch] = run.info.run_id
     hsg = Trainer(TrialConfig(arch="hsg", depth=3, width=16, epochs=2, lr=0.3, momentum=0.9,
                               batch_size=32, seed=5), jsb)
     hsg.fit()
     experiment = client.create_experiment("analysis-tests")
     run = client.create_run(experiment, run_name="hsg-tiny", tags={"arch": "hsg"})
-    log_model(client, run.info.run_id, asdict(hsg.config), hsg.best_state)
+    log_mlflow_model(client, run.info.run_id, asdict(hsg.config), hsg.best_state, jsb)
     client.set_terminated(run.info.run_id)
     ids["hsg"] = run.info.run_id
     return ids
@@ -204,16 +207,77 @@ def test_all_four_analyses_from_the_command_line(jsb_smoke, data_dir, smoke_mode
 
 
 def test_best_model_of_the_experiment(jsb_smoke, data_dir, tmp_path):
-    proc = analyze(jsb_smoke, data_dir, tmp_path, "spectrum", "--best", "--experiment",
-                   "jsb_optimization", "--sequences", "1", "--steps", "2")
-    summary = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert summary["run_id"] == jsb_smoke.summary["best"]["run_id"]
+    """By --best or by the version the sweep registered (--register-model)."""
+    for which in (["--best", "--experiment", "jsb_optimization"],
+                  [f"models:/{jsb_smoke.registered}/1"]):
+        proc = analyze(jsb_smoke, data_dir, tmp_path, "spectrum", *which, "--sequences", "1",
+                       "--steps", "2")
+        summary = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert summary["run_id"] == jsb_smoke.summary["best"]["run_id"]
+
+
+def test_registered_model_loads_with_pyfunc_and_predicts_as_rhnsearch(jsb_smoke, data_dir, jsb):
+    """The sweep's best, as MLflow sees it: a logged model of the best run with the run's
+    metrics, the registry's version 1 with the study, cell and metrics as tags, loaded by
+    `mlflow.pyfunc.load_model` (from code and a weights-only file, nothing pickled), whose
+    predictions on JSB sequences are the logits of the model rhnsearch's loader gives."""
+    client, best = jsb_smoke.client(), jsb_smoke.summary["best"]
+    experiment = client.get_experiment_by_name("jsb_optimization")
+    version = client.get_model_version(jsb_smoke.registered, "1")
+    logged = client.get_logged_model(version.source.removeprefix("models:/"))  # Models tab:
+    assert logged.model_id in [m.model_id for m in client.search_logged_models(
+        [experiment.experiment_id])]
+    assert version.run_id == logged.source_run_id == best["run_id"]
+    assert logged.name == "model" and logged.status == "READY"
+    assert {m.key: m.value for m in logged.metrics}["best_valid_loss"] == \
+        best["best_valid_loss"]
+    p = best["params"]
+    assert version.tags["study"] == "jsb_optimization" and version.tags["sweep"] == "smoke-jsb"
+    assert version.tags["cell"] == f"{p['arch']} d{p['depth']} w{p['width']}"
+    assert float(version.tags["best_valid_loss"]) == best["best_valid_loss"]
+    files = [a.path for a in client.list_logged_model_artifacts(logged.model_id)]
+    assert not [f for f in files if f.endswith((".pkl", ".pickle", ".cloudpickle"))], files
+
+    mlflow.set_tracking_uri(jsb_smoke.tracking_uri)
+    try:
+        model = mlflow.pyfunc.load_model(f"models:/{jsb_smoke.registered}/1")
+        by_run = mlflow.pyfunc.load_model(f"runs:/{best['run_id']}/model")
+    finally:
+        mlflow.set_tracking_uri(None)
+    signature = model.metadata.signature
+    assert tuple(signature.inputs.to_dict()[0]["tensor-spec"]["shape"]) == (-1, -1, 88)
+    assert model.metadata.saved_input_example_info is not None
+    trainer = load(jsb_smoke, data_dir, best["run_id"])
+    inputs, lengths = example_sequences(trainer, 4, "test")
+    batch = inputs[:min(lengths)].transpose(0, 1).numpy()  # (sequences, steps, 88)
+    with torch.no_grad():
+        want = trainer.model(inputs[:min(lengths)])[0].transpose(0, 1).numpy()
+    got = model.predict(batch)
+    assert got.shape == (4, min(lengths), 88)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(by_run.predict(batch), want, rtol=0, atol=1e-6)
+
+
+def test_a_model_in_the_older_layout_still_loads(jsb, data_dir, tmp_path):
+    """Runs kept before the MLflow model: `model/model.pt` and `model/config.json`."""
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run = client.create_run(client.create_experiment("old-layout"))
+    trainer = Trainer(TrialConfig(width=8, epochs=1, seed=11), jsb)
+    torch.save({"config": asdict(trainer.config), "weights": trainer.model.state_dict()},
+               tmp_path / "model.pt")
+    (tmp_path / "config.json").write_text(json.dumps(asdict(trainer.config)))
+    for name in ("model.pt", "config.json"):
+        client.log_artifact(run.info.run_id, tmp_path / name, "model")
+    loaded = load_trainer(client, run.info.run_id, data_dir)
+    for key, value in trainer.model.state_dict().items():
+        assert torch.equal(loaded.model.state_dict()[key], value), key
 
 
 @pytest.mark.parametrize("analysis, model, message", [
     ("gates", "dtrnn", "gates needs an rhn or hsg model but this run's arch is dtrnn"),
     ("hsg-gates", "rhn", "hsg-gates needs an hsg model but this run's arch is rhn"),
-    ("lesion", None, "has no model/model.pt artifact"),
+    ("lesion", None, "has no kept model"),
+    ("lesion", "models:/no-such-model/1", "no registered model version models:/no-such-"),
     ("gates", "", "give either a RUN_ID or --best --experiment NAME"),
 ])
 def test_user_errors_are_one_line_exit_2(jsb_smoke, data_dir, smoke_models, tmp_path,
@@ -222,7 +286,7 @@ def test_user_errors_are_one_line_exit_2(jsb_smoke, data_dir, smoke_models, tmp_
         kept = set(smoke_models.values()) | {jsb_smoke.summary["best"]["run_id"]}
         run_id = next(r.info.run_id for r in jsb_smoke.child_runs() if r.info.run_id not in kept)
     else:
-        run_id = smoke_models[model] if model else None
+        run_id = smoke_models.get(model, model) or None
     proc = analyze(jsb_smoke, data_dir, tmp_path, analysis, *([run_id] if run_id else []),
                    check=False)
     assert proc.returncode == 2

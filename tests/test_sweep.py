@@ -1,5 +1,6 @@
 """Sweeps end to end on a real local Ray, a real MLflow store and server, a real two-node
 Ray cluster, and a driver killed mid-sweep."""
+import hashlib
 import json
 import math
 import os
@@ -11,9 +12,11 @@ from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
+from ray.tune.experiment import Trial
 
 from conftest import (JSB_SPACE, ROOT, free_port, json_summary, rhnsearch_cli, rhnsearch_main,
                       wait_until)
+from rhnsearch.search.scheduler import CellASHAScheduler
 from rhnsearch.search.searchers import load_study
 
 STATUSES = {"completed", "stopped", "diverged", "failed"}
@@ -41,6 +44,18 @@ def check_child_runs(client: MlflowClient, runs, expected: int):
         assert run.info.status == "FINISHED"
 
 
+def check_dataset_input(run, data_dir: Path):
+    """The run names its data as an MLflow dataset input: JSB from its public URL, for
+    training, with the sha256 of the very file in the data dir."""
+    (only,) = run.inputs.dataset_inputs
+    dataset = only.dataset
+    assert (dataset.name, dataset.source_type) == ("jsb", "http") and len(dataset.digest) == 16
+    assert json.loads(dataset.source)["url"].endswith("/jsb-chorales-quarter.json")
+    assert {t.key: t.value for t in only.tags} == {"mlflow.data.context": "training"}
+    (file,) = json.loads(dataset.profile)["files"]
+    assert file["sha256"] == hashlib.sha256((data_dir / file["path"]).read_bytes()).hexdigest()
+
+
 def test_smoke_sweep_records_every_trial_in_mlflow(jsb_smoke):
     client = jsb_smoke.client()
     experiment = client.get_experiment_by_name("jsb_optimization")
@@ -61,32 +76,58 @@ def test_smoke_sweep_records_every_trial_in_mlflow(jsb_smoke):
     assert best["best_valid_loss"] == min(
         r.data.metrics["best_valid_loss"] for r in runs if r.data.tags["status"] in
         ("completed", "stopped"))
-    artifacts = [a.path for a in client.list_artifacts(best["run_id"], "model")]
-    assert "model/model.pt" in artifacts and "model/config.json" in artifacts
+    for run in [parent, *runs]:
+        check_dataset_input(client.get_run(run.info.run_id), jsb_smoke.data_dir)
+    kept = client.search_logged_models(  # the first: test_analysis.py may log more
+        [experiment.experiment_id], f"source_run_id = '{best['run_id']}'",
+        order_by=[{"field_name": "creation_timestamp", "ascending": True}])[0]
+    assert kept.name == "model" and kept.status == "READY"  # test_analysis.py loads it
     (line,) = [x for x in jsb_smoke.stderr.splitlines() if x.startswith("sweep smoke-jsb:")]
     assert (f"24 trials: {summary['completed']} completed, {summary['stopped']} stopped "
             "early") in line
 
 
 def test_same_space_and_seed_gives_the_same_trials(jsb_smoke, tmp_path, data_dir):
-    """A sweep is reproducible from its space: rerun it, get the same settings and losses."""
+    """What a seed fixes: rerun the space and get the same trials, each with the same
+    settings and the same curve as far as both ran. What timing may change: which trials
+    early stopping stops, since ASHA decides as trials reach a rung, in the order they happen
+    to arrive. With --deterministic (the rerun here) one trial runs at a time, so trials
+    arrive in the searcher's order: its stops are those of the scheduler fed the curves
+    trial by trial in that order."""
     rhnsearch_cli("sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir", data_dir,
-                  "--name", "again", cwd=tmp_path)
+                  "--name", "again", "--deterministic", cwd=tmp_path)
     again = MlflowClient(f"sqlite:///{tmp_path / 'results/mlflow.db'}")
     exp = again.get_experiment_by_name("jsb_optimization")
 
     def key(run):
         return tuple(run.data.params[k] for k in ("arch", "depth", "seed", "lr"))
 
+    def curve(client, run):
+        return [m.value for m in client.get_metric_history(run.info.run_id, "valid_loss")]
+
     first = {key(r): r for r in jsb_smoke.child_runs()}
     rerun = {key(r): r for r in again.search_runs([exp.experiment_id], "tags.kind = 'trial'")}
     assert set(rerun) == set(first) and len(first) == 24
     for k, run in rerun.items():
-        a = [m.value for m in again.get_metric_history(run.info.run_id, "valid_loss")]
-        b = [m.value for m in jsb_smoke.client().get_metric_history(first[k].info.run_id,
-                                                                      "valid_loss")]
+        a, b = curve(again, run), curve(jsb_smoke.client(), first[k])
         n = min(len(a), len(b))  # ASHA may stop a trial at another rung
         assert n >= 1 and a[:n] == b[:n]
+
+    replay = CellASHAScheduler(max_t=9, grace_period=1, reduction_factor=3)  # smoke's rungs
+    assert replay.set_search_properties("valid_loss", "min")
+    expected = {}
+    for run in sorted(rerun.values(), key=lambda r: r.data.tags["trial_id"]):  # Tune's order
+        p = run.data.params
+        trial = Trial("run_trial", trial_id=run.data.tags["trial_id"], stub=True, config={
+            "cell": {"arch": p["arch"], "depth": int(p["depth"]), "tied": False}})
+        for epoch, loss in enumerate(curve(again, run), 1):
+            if replay.on_trial_result(None, trial, {"epoch": epoch, "valid_loss": loss}) == \
+                    CellASHAScheduler.STOP and epoch < 9:
+                expected[trial.trial_id] = epoch
+                break
+    stopped = {r.data.tags["trial_id"]: int(r.data.tags["stopped_at_epoch"])
+               for r in rerun.values() if r.data.tags["status"] == "stopped"}
+    assert stopped == expected and stopped
 
 
 @pytest.fixture

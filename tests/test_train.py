@@ -24,6 +24,7 @@ def test_jsb_loss_falls_and_metrics_reach_the_callback(jsb):
     seen = []
     result = Trainer(small(epochs=3), jsb).fit(seen.append)
     assert [m["epoch"] for m in seen] == [1, 2, 3]
+    assert [m["status"] for m in seen] == ["running", "running", "completed"]
     for key in ["train_loss", "valid_loss", "epoch_seconds", "steps_per_sec", "grad_norm",
                 "lr"]:
         assert all(math.isfinite(m[key]) for m in seen), key
@@ -113,7 +114,9 @@ def test_train_cli_prints_progress_and_json(data_dir):
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert {"status", "train_loss", "valid_loss", "test_loss", "params"} <= set(result)
     assert result["status"] == "completed" and result["params"] == 50264
-    assert proc.stderr.count("epoch ") == 2
+    progress = [line for line in proc.stderr.splitlines() if line.startswith("epoch ")]
+    assert len(progress) == 2
+    assert progress[0].endswith(" running") and progress[-1].endswith(" completed")
 
 
 def test_cli_bad_input_is_one_line_exit_2(tmp_path):

@@ -2,6 +2,7 @@
 its sweep, the sweep's nested trial runs and its plots are on the pages a user opens.
 Screenshots are kept in $RHNSEARCH_TEST_ARTIFACTS (default results/test-artifacts/). The same
 server checks the export's HTTP path."""
+import json
 import os
 import re
 import shutil
@@ -16,6 +17,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pandas as pd
+import psutil
 import pytest
 
 from conftest import ROOT, rhnsearch_cli
@@ -30,6 +32,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_for_health(url: str, proc, timeout: float = 240):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=5) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            pass
+        assert proc.poll() is None, f"rhnsearch ui exited: {proc.stderr.read()[-2000:]}"
+        assert time.monotonic() < deadline, f"the MLflow UI did not answer in {timeout} s"
+        time.sleep(1)
+
+
 @pytest.fixture(scope="module")
 def ui(jsb_smoke):
     """`rhnsearch ui` on a free loopback port, serving the smoke sweeps' store."""
@@ -40,17 +56,7 @@ def ui(jsb_smoke):
                             start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 240
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=5) as answer:
-                    if answer.status == 200:
-                        break
-            except OSError:
-                pass
-            assert proc.poll() is None, f"rhnsearch ui exited: {proc.stderr.read()[-2000:]}"
-            assert time.monotonic() < deadline, "the MLflow UI did not answer in 240 s"
-            time.sleep(1)
+        wait_for_health(url, proc)
         yield url
     finally:
         os.killpg(proc.pid, signal.SIGTERM)  # the ui command and the mlflow server it runs
@@ -124,3 +130,51 @@ def test_export_through_the_server_matches_the_sqlite_store(ui, jsb_smoke, tmp_p
             frames.append(pd.read_parquet(out))
         pd.testing.assert_frame_equal(*frames)
     assert len(frames[0]) > jsb_smoke.summary["trials"]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_ui_stopped_by_a_signal_takes_its_server_down(signum, tmp_path):
+    """`kill PID` (a process manager) or Ctrl-C on `rhnsearch ui` alone, not on its process
+    group: the MLflow server and every process it started end, and the port is free."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "rhnsearch.cli", "ui", "--port", str(port),
+                             "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"],
+                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        wait_for_health(f"http://127.0.0.1:{port}", proc)
+        tree = psutil.Process(proc.pid).children(recursive=True)
+        assert any("uvicorn" in " ".join(p.cmdline()) for p in tree)
+        proc.send_signal(signum)
+        assert proc.wait(timeout=60) == 128 + signum
+        gone, alive = psutil.wait_procs(tree, timeout=10)
+        assert [p for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
+        with socket.socket() as s:  # a new server can listen on the port (as servers do,
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past TIME_WAIT)
+            s.bind(("127.0.0.1", port))
+            s.listen()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_ui_server_gives_the_runs_datasets_and_the_models_tab(ui, jsb_smoke):
+    """What the runs table's Dataset column and the experiment's Models tab read, asked of
+    the UI's own server: every run's dataset input, and the sweep's best model."""
+    experiment = jsb_smoke.client().get_experiment_by_name("jsb_optimization").experiment_id
+
+    def post(path: str, body: dict) -> dict:
+        request = urllib.request.Request(f"{ui}/api/2.0/mlflow/{path}", method="POST",
+                                         data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            return json.loads(answer.read())
+
+    runs = post("runs/search", {"experiment_ids": [experiment], "max_results": 1000})["runs"]
+    assert len(runs) == jsb_smoke.summary["trials"] + 1
+    names = {d["dataset"]["name"] for r in runs for d in r["inputs"]["dataset_inputs"]}
+    assert names == {"jsb"} and all(r["inputs"]["dataset_inputs"] for r in runs)
+    models = post("logged-models/search", {"experiment_ids": [experiment]})["models"]
+    best = jsb_smoke.summary["best"]["run_id"]
+    assert "model" in [m["info"]["name"] for m in models if m["info"]["source_run_id"] == best]

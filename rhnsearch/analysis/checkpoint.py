@@ -1,27 +1,31 @@
-"""Trained models as MLflow artifacts of their trial's run: `model/model.pt`
-({"config": TrialConfig as dict, "weights": state_dict}, weights-only loadable) and
-`model/config.json`."""
-import json
+"""Trained models kept in MLflow, read back: the MLflow model `model` logged from the trial's
+run (`mlflow_model.py`; its weights file artifacts/model.pt), or the older layout, the run's
+artifacts `model/model.pt` and `model/config.json`. Either file is {"config": TrialConfig as
+dict, "weights": state_dict[, "vocab_size"]}, loaded weights-only."""
 import tempfile
 from dataclasses import replace
-from pathlib import Path
 
+import mlflow
 import torch
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from ..errors import UserError
 
-MODEL_DIR = "model"
+MODEL_DIR = "model"  # the logged model's name, and the older layout's artifact folder
 MODEL_FILE = "model.pt"
+WEIGHTS = "weights"  # the MLflow model's artifact holding MODEL_FILE
 
 
-def log_model(client: MlflowClient, run_id: str, config: dict, weights: dict):
-    """Log a trial's config and weights as the `model` artifact of its run."""
-    with tempfile.TemporaryDirectory() as out:
-        torch.save({"config": config, "weights": weights}, Path(out) / MODEL_FILE)
-        (Path(out) / "config.json").write_text(json.dumps(config, indent=1))
-        client.log_artifacts(run_id, out, MODEL_DIR)
+def run_of_model_uri(client: MlflowClient, uri: str) -> str:
+    """The trial run of a registered model version `models:/NAME/VERSION`."""
+    name, _, version = uri.removeprefix("models:/").rpartition("/")
+    try:
+        return client.get_model_version(name, version).run_id
+    except MlflowException:
+        raise UserError(f"no registered model version {uri} in {client.tracking_uri}: give "
+                        "models:/NAME/VERSION of a sweep run with --register-model NAME, "
+                        "or a run id") from None
 
 
 def best_run_id(client: MlflowClient, experiment: str) -> str:
@@ -43,19 +47,27 @@ def best_run_id(client: MlflowClient, experiment: str) -> str:
 
 
 def load_model_state(client: MlflowClient, run_id: str) -> dict:
-    """{"config", "weights"} of the run's model artifact."""
+    """{"config", "weights"} of the run's kept model, in either layout."""
     try:
-        client.get_run(run_id)
+        run = client.get_run(run_id)
     except MlflowException:
         raise UserError(f"no MLflow run {run_id!r} in {client.tracking_uri}: check the id "
                         "or pass --tracking-uri") from None
+    logged = client.search_logged_models(
+        [run.info.experiment_id], f"source_run_id = '{run_id}' AND name = '{MODEL_DIR}'",
+        max_results=1, order_by=[{"field_name": "creation_timestamp", "ascending": False}])
     with tempfile.TemporaryDirectory() as out:
         try:
-            path = client.download_artifacts(run_id, f"{MODEL_DIR}/{MODEL_FILE}", out)
+            if logged:
+                path = mlflow.artifacts.download_artifacts(
+                    f"{logged[0].artifact_location}/artifacts/{MODEL_FILE}", dst_path=out,
+                    tracking_uri=client.tracking_uri)
+            else:
+                path = client.download_artifacts(run_id, f"{MODEL_DIR}/{MODEL_FILE}", out)
         except (MlflowException, OSError):
-            raise UserError(f"run {run_id} has no {MODEL_DIR}/{MODEL_FILE} artifact: a sweep "
-                            "keeps only its best trial's model (space keep_model: best), "
-                            "analyze that one with --best --experiment NAME") from None
+            raise UserError(f"run {run_id} has no kept model: a sweep keeps only its best "
+                            "trial's model (space keep_model: best), analyze that one with "
+                            "--best --experiment NAME") from None
         return torch.load(path, map_location="cpu", weights_only=True)
 
 

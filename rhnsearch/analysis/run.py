@@ -14,7 +14,7 @@ from mlflow.tracking import MlflowClient
 
 from ..errors import UserError
 from ..tracking_store import check_store, resolve_tracking_uri
-from .checkpoint import best_run_id, load_trainer
+from .checkpoint import best_run_id, load_trainer, run_of_model_uri
 from .gates import activity_figure, activity_table, gate_activity, hsg_figure, hsg_gate_values
 from .lesion import lesion, lesion_figure
 from .sequences import example_sequences
@@ -33,8 +33,8 @@ class Analysis:
 
 def open_run(run_id: str | None, best: bool = False, experiment: str | None = None,
              tracking_uri: str | None = None, data_dir=None):
-    """(client, run id, trainer holding the run's model) of RUN_ID, or of the best run of
-    the experiment's sweeps with `best`."""
+    """(client, run id, trainer holding the run's model) of RUN_ID (or the run of
+    models:/NAME/VERSION), or of the best run of the experiment's sweeps with `best`."""
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     if bool(run_id) == best:
         raise UserError("give either a RUN_ID or --best --experiment NAME")
@@ -44,7 +44,10 @@ def open_run(run_id: str | None, best: bool = False, experiment: str | None = No
     uri = resolve_tracking_uri(tracking_uri)
     check_store(uri)
     client = MlflowClient(uri)
-    run_id = best_run_id(client, experiment) if best else run_id
+    if best:
+        run_id = best_run_id(client, experiment)
+    elif run_id.startswith("models:/"):
+        run_id = run_of_model_uri(client, run_id)
     return client, run_id, load_trainer(client, run_id, data_dir)
 
 

@@ -34,7 +34,8 @@ def add_analyze(sub):
     for name, (text, description) in ANALYSES.items():
         q = asub.add_parser(name, help=text, description=description)
         q.add_argument("run_id", nargs="?", metavar="RUN_ID",
-                       help="MLflow run id of a trial with a model artifact")
+                       help="MLflow run id of a trial with a kept model, or a registered "
+                       "version models:/NAME/VERSION")
         q.add_argument("--best", action="store_true",
                        help="analyze the best trial of --experiment's sweeps instead")
         q.add_argument("--experiment", help="MLflow experiment for --best, e.g. "

@@ -1,7 +1,10 @@
 """`rhnsearch ui`: the MLflow UI on the results store, bound to loopback by default."""
+import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 from ..errors import UserError
 
@@ -43,6 +46,49 @@ def run_ui(args):
             print(f"  {experiment.name}: {runs_table_url(base, experiment.experiment_id)}",
                   file=sys.stderr)
     sys.stderr.flush()
-    return subprocess.call([sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
-                            uri, "--host", args.host, "--port", str(args.port), "--workers",
-                            "1"])
+    return serve([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri,
+                  "--host", args.host, "--port", str(args.port), "--workers", "1"])
+
+
+def serve(command: list[str]) -> int:
+    """Run the MLflow server in a process group of its own until it exits, or until this
+    process gets SIGTERM or SIGINT; then stop the whole group (the server's uvicorn worker,
+    job runner and huey consumers, which outlive a server signalled alone) and wait for it.
+    Returns the server's exit code, or 128 + the signal's number."""
+    server = subprocess.Popen(command, start_new_session=True)
+    received = []
+
+    def on_signal(signum, frame):
+        received.append(signum)
+        signal_group(server.pid, signal.SIGTERM)
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        code = server.wait()
+    finally:
+        stop_group(server.pid)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    return 128 + received[0] if received else code
+
+
+def signal_group(group: int, signum: int) -> bool:
+    """Send `signum` to a process group; False if no process is left in it."""
+    try:
+        os.killpg(group, signum)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def stop_group(group: int, grace: float = 30.0):
+    """SIGTERM the group, SIGKILL what is left of it after `grace` seconds; return when it is
+    empty (or 5 s after the SIGKILL)."""
+    for signum, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        deadline = time.monotonic() + wait
+        if not signal_group(group, signum):
+            return
+        while time.monotonic() < deadline:
+            if not signal_group(group, 0):
+                return
+            time.sleep(0.2)

@@ -104,10 +104,13 @@ def build_search(space: Space, cells: list[str], constants: dict, search: str,
     if search == "random":
         param_space = {**constants, "cell": tune.grid_search(cells),
                        **{k: tune_sampler(d) for k, d in space.params.items()}}
-        return param_space, BasicVariantGenerator(random_state=space.seed), space.samples
-    optuna_search = StudyAheadOptunaSearch(OptunaSpace(cells, space.params, constants), metric=METRIC,
-                                 mode=MODE, seed=space.seed, study_name=name,
-                                 storage=optuna_storage(experiment))
+        # Tune ignores max_concurrent_trials beside a BasicVariantGenerator: the cap goes here
+        return param_space, BasicVariantGenerator(random_state=space.seed,
+                                                  max_concurrent=space.max_concurrent), \
+            space.samples
+    optuna_search = StudyAheadOptunaSearch(OptunaSpace(cells, space.params, constants),
+                                           metric=METRIC, mode=MODE, seed=space.seed,
+                                           study_name=name, storage=optuna_storage(experiment))
     limit = space.max_concurrent or 2
     return None, ConcurrencyLimiter(optuna_search, max_concurrent=limit), \
         len(cells) * space.samples

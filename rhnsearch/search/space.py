@@ -93,6 +93,7 @@ class Space(Strict):
     resources: Resources = Resources()
     max_concurrent: int = Field(0, ge=0)         # 0: as many as resources allow
     keep_model: Literal["best", "none"] = "best"
+    register_model: str | None = Field(None, min_length=1)  # registers the kept model
 
     @field_validator("dataset")
     @classmethod

@@ -25,6 +25,7 @@ from ray.tune.schedulers import FIFOScheduler
 
 from ..data import data_dir as default_data_dir
 from ..data import load_dataset
+from ..data.recorded import dataset_input
 from ..errors import UserError
 from ..provenance import provenance_tags
 from ..tracking_store import check_store, resolve_tracking_uri
@@ -163,8 +164,10 @@ def run_sweep(space_path, preset=None, overrides=(), address=None, search=None,
 
 
 def log_sweep_params(client: MlflowClient, state: dict, space: Space):
-    """The sweep's settings as params of its parent run, and the whole space as space.json."""
+    """The sweep's settings as params of its parent run, its dataset as the run's input, and
+    the whole space as space.json."""
     run_id = state["parent_run_id"]
+    client.log_inputs(run_id, [dataset_input(space.dataset)])
     for key, value in [("space", Path(state["space_path"]).name),
                        ("preset", state["preset"] or "base"), ("search", state["search"]),
                        ("scheduler", state["scheduler"]), ("trials", state["trials"]),
@@ -267,7 +270,7 @@ def finish(tuner, state: dict) -> dict:
         parent = state["parent_run_id"]
         if summary["best"]:
             if state["space"].get("keep_model") == "best":
-                keep_best_model(client, results, summary["best"])
+                keep_best_model(client, results, summary["best"], state)
             client.set_tag(parent, "best_run_id", summary["best"]["run_id"])
         now = int(time.time() * 1000)
         client.log_batch(parent, metrics=[
@@ -319,16 +322,20 @@ def summarize(client: MlflowClient, state: dict) -> dict:
             "train_seconds": round(train_seconds, 1), "best": best}
 
 
-def keep_best_model(client: MlflowClient, results, best: dict):
-    """Log the best trial's config and best-valid weights as its run's `model` artifact."""
+def keep_best_model(client: MlflowClient, results, best: dict, state: dict):
+    """Log the best trial's config and best-valid weights as the MLflow model of its run, and
+    register it as a new version of the space's register_model, if it names one."""
     import torch
 
-    from ..analysis.checkpoint import log_model
+    from ..analysis.mlflow_model import keep_model
     from ..train import CHECKPOINT_FILE
     for result in results:
         if result.metrics.get("trial_id") != best["trial_id"] or result.checkpoint is None:
             continue
         with result.checkpoint.as_directory() as ckpt:
-            state = torch.load(Path(ckpt) / CHECKPOINT_FILE, weights_only=True)
-        log_model(client, best["run_id"], state["config"], state["best_state"] or state["model"])
+            saved = torch.load(Path(ckpt) / CHECKPOINT_FILE, weights_only=True)
+        keep_model(client, best["run_id"], saved["config"],
+                   saved["best_state"] or saved["model"], state["data_dir"],
+                   state["space"].get("register_model"),
+                   {"study": state["space"]["study"], "sweep": state["name"]})
         return

@@ -24,6 +24,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 from ray.tune import Callback
 
+from ..data.recorded import dataset_input
 from ..provenance import provenance_tags
 from ..tasks import get_task
 from ..tracking_store import artifact_root
@@ -277,9 +278,12 @@ class Sender:
         finished = trial_id in self.finished  # a resumed sweep may end it again: leave it
         tags = [] if finished else [RunTag(*t) for t in record["tags"]]
         params = [Param(*p) for p in record["params"]]
-        if not (metrics or tags or params or (record["end"] and not finished)):
+        dataset = record.get("dataset")  # absent from records journaled by older versions
+        if not (metrics or tags or params or dataset or (record["end"] and not finished)):
             return
         run_id = self._run_id(trial_id, record["name"])
+        if dataset:  # MLflow links a dataset to a run once, however often it is sent
+            self._mlflow().log_inputs(run_id, [dataset_input(dataset)])
         for i in range(0, max(len(metrics), 1), 900):  # MLflow's batch limit
             self._mlflow().log_batch(run_id, metrics=metrics[i:i + 900],
                                      params=params if i == 0 else [],
@@ -333,8 +337,9 @@ class MLflowTracker(Callback):
         self.sender = sender_for(self.experiment, self.tracking_uri, self.experiment_id,
                                  self.parent_run_id, self.sweep)
 
-    def _record(self, trial_id: str, metrics=(), params=(), tags=(), end=None, name=None):
-        record = {"trial_id": trial_id, "name": name, "end": end,
+    def _record(self, trial_id: str, metrics=(), params=(), tags=(), end=None, name=None,
+                dataset=None):
+        record = {"trial_id": trial_id, "name": name, "end": end, "dataset": dataset,
                   "end_time": int(time.time() * 1000) if end else None,
                   "metrics": [[m.key, m.value, m.timestamp, m.step] for m in metrics],
                   "params": [[p.key, p.value] for p in params],
@@ -342,8 +347,8 @@ class MLflowTracker(Callback):
         self.sender.put(self.sender.journal.append(record))
 
     def start_run(self, trial):
-        """Record the trial's params, once per trial and driver (again after a resume: the
-        same values, which MLflow takes again without change)."""
+        """Record the trial's params and dataset, once per trial and driver (again after a
+        resume: the same values, which MLflow takes again without change)."""
         if trial.trial_id in self.started:
             return
         self.started.add(trial.trial_id)
@@ -353,6 +358,7 @@ class MLflowTracker(Callback):
                   **flat_params(config, self.cells),
                   "loss_unit": get_task(cfg.task).loss_unit}
         self._record(trial.trial_id, name=f"{cfg.arch}-d{cfg.depth}-{trial.trial_id}",
+                     dataset=cfg.dataset,
                      params=[Param(k, str(v)[:6000]) for k, v in sorted(params.items())])
 
     def on_trial_start(self, iteration, trials, trial, **info):
