@@ -157,6 +157,22 @@ def test_resume_after_tune_deleted_the_checkpoint_its_saved_state_names(tmp_path
     assert_full_histories(client, run, epochs)
 
 
+def test_pruning_keeps_the_registered_checkpoint_and_any_newer_one(tmp_path):
+    """A trial's first checkpoint seen by a (resumed) driver clears the older ones left in its
+    folder, never the one registered nor a newer one its worker has written since."""
+    from rhnsearch.search.checkpoints import prune
+    from rhnsearch.search.storage import tune_filesystem
+    for index in range(1, 5):
+        (tmp_path / f"checkpoint_{index:06d}").mkdir()
+        (tmp_path / f"checkpoint_{index:06d}" / "trainer.pt").write_bytes(b"x")
+    prune(tune_filesystem(str(tmp_path)), str(tmp_path), None, keep="checkpoint_000003")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_000003",
+                                                          "checkpoint_000004"]
+    prune(tune_filesystem(str(tmp_path)), str(tmp_path), ["checkpoint_000003"],
+          keep="checkpoint_000004")
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint_000004"]
+
+
 @pytest.mark.parametrize("state", ['{"trials": []}', '{"trial_data": [["{}", "{}"]]}',
                                    '{"trial_data": [["not json", {}]]}'])
 def test_a_saved_state_laid_out_otherwise_is_one_warning(state, tmp_path, caplog):

@@ -60,13 +60,14 @@ class KeepNewestCheckpoint(Callback):
 
 
 def prune(filesystem, folder: str, names: list[str] | None, keep: str):
-    """Delete the checkpoints `names` of a trial's folder (None: every one but `keep`)."""
+    """Delete the checkpoints `names` of a trial's folder (None: every one older than `keep`;
+    a newer one may be there already, written but not yet registered)."""
     if names is None:
         names = [info.base_name for info in filesystem.get_file_info(
             pafs.FileSelector(folder, allow_not_found=True))
             if re.fullmatch(r"checkpoint_\d{6}", info.base_name)]
     for name in names:
-        if name != keep:
+        if name < keep:
             filesystem.delete_dir(f"{folder}/{name}")
 
 
