@@ -46,7 +46,8 @@ def kind(method: str, path: str) -> str:
     """A request with its trial, checkpoint number, timestamp and query left out."""
     path = re.sub(r"/run_trial_[^/?]+", "/TRIAL", path.split("?")[0])
     path = re.sub(r"checkpoint_\d+", "checkpoint_N", path)
-    return f"{method} {re.sub(r'-[-0-9_]+\.(json|pkl)', r'-T.\1', path)}"
+    path = re.sub(r"-[-0-9_]+\.(json|pkl)", r"-T.\1", path)
+    return f"{method} {path}"
 
 
 def trial_epochs(store: str, sweep: str) -> int:
