@@ -107,5 +107,5 @@ def test_history_longer_than_a_bulk_call_is_read_whole(stores):
     answer = request({"run_ids": [run.info.run_id], "metric_key": "train_loss",
                       "max_results": histories.BULK_MAX_RESULTS})
     assert len(answer["metrics"]) == histories.BULK_MAX_RESULTS
-    long = histories.read(stores["server"], client, {run.info.run_id: ["train_loss"]})
+    long = histories.read(stores["server"], client, [run.info.run_id], ["train_loss"])
     assert long["step"].tolist() == list(range(1, histories.BULK_MAX_RESULTS + 101))

@@ -29,18 +29,19 @@ THREADS = 4  # calls in flight at once
 COLUMNS = ["run_id", "key", "step", "value"]
 
 
-def read(uri: str, client: MlflowClient, keys: dict[str, list[str]]) -> pd.DataFrame:
-    """(run_id, key, step, value) of the metrics KEYS[run_id] of each run (every metric of
-    the run, for a database store), epochs only, in logging order; +-inf as MLflow's SQL
-    stores keep them (+-max float), NaN as NaN."""
+def read(uri: str, client: MlflowClient, run_ids: list[str], keys: list[str]) -> pd.DataFrame:
+    """(run_id, key, step, value) of the metrics KEYS of RUN_IDS (every metric they have but
+    `epoch`: a database store reads them all), epochs only, in logging order; +-inf as MLflow's
+    SQL stores keep them (+-max float), NaN as NaN."""
     scheme = uri.partition(":")[0].partition("+")[0]
     if scheme in SQL_SCHEMES:
-        return _sql(uri, list(keys))
+        return _sql(uri, run_ids)
     request = _server_request(uri) if scheme in ("http", "https") else None
-    long = _bulk(request, client, keys) if request is not None else None
+    long = _bulk(request, client, run_ids, keys) if request is not None else None
     if long is None:
-        long = _per_run(client, [(run_id, key) for run_id, ks in keys.items() for key in ks])
-    return long.sort_values("timestamp", kind="stable")[COLUMNS].reset_index(drop=True)
+        long = _per_run(client, [(run_id, key) for run_id in run_ids for key in keys])
+    long = long[long["step"] >= 1].sort_values("timestamp", kind="stable")
+    return long[COLUMNS].reset_index(drop=True)
 
 
 def _sql(uri: str, run_ids: list[str]) -> pd.DataFrame:
@@ -81,14 +82,11 @@ def _server_request(uri: str):
     return request
 
 
-def _bulk(request, client: MlflowClient, keys: dict[str, list[str]]) -> pd.DataFrame | None:
+def _bulk(request, client: MlflowClient, run_ids: list[str], keys: list[str]) \
+        -> pd.DataFrame | None:
     """Through GetMetricHistoryBulkInterval, a metric of up to BULK_RUNS runs a call, THREADS
     calls at once; None where the server has no such call."""
-    by_key: dict[str, list[str]] = {}
-    for run_id, ks in keys.items():
-        for key in ks:
-            by_key.setdefault(key, []).append(run_id)
-    calls = [(key, run_ids[i:i + BULK_RUNS]) for key, run_ids in by_key.items()
+    calls = [(key, run_ids[i:i + BULK_RUNS]) for key in keys
              for i in range(0, len(run_ids), BULK_RUNS)]
     if not calls:
         return _frame([])
@@ -98,9 +96,9 @@ def _bulk(request, client: MlflowClient, keys: dict[str, list[str]]) -> pd.DataF
     with ThreadPoolExecutor(THREADS) as pool:
         answers = [first, *pool.map(lambda call: _bulk_call(request, *call), calls[1:])]
     frames, again = [], []
-    for (key, run_ids), answer in zip(calls, answers):
+    for (key, ids), answer in zip(calls, answers):
         counts = answer["run_id"].value_counts()
-        sampled = set(run_ids) if answer["step"].nunique() >= BULK_MAX_RESULTS else \
+        sampled = set(ids) if answer["step"].nunique() >= BULK_MAX_RESULTS else \
             set(counts.index[counts >= BULK_MAX_RESULTS])
         frames.append(answer[~answer["run_id"].isin(sampled)])
         again += [(run_id, key) for run_id in sampled]
@@ -108,7 +106,8 @@ def _bulk(request, client: MlflowClient, keys: dict[str, list[str]]) -> pd.DataF
 
 
 def _bulk_call(request, key: str, run_ids: list[str]) -> pd.DataFrame | None:
-    """One call's values at steps >= 1; None where the server has no such call."""
+    """One call's values (all steps: a sampled answer is told by its length); None where
+    the server has no such call."""
     answer = request({"run_ids": run_ids, "metric_key": key, "max_results": BULK_MAX_RESULTS})
     if answer is None:
         return None
@@ -128,7 +127,6 @@ def _per_run(client: MlflowClient, pairs: list[tuple[str, str]]) -> pd.DataFrame
 
 
 def _frame(rows: list[tuple]) -> pd.DataFrame:
-    """(run_id, key, step, value, timestamp) rows at steps >= 1, typed."""
-    long = pd.DataFrame(rows, columns=[*COLUMNS, "timestamp"]).astype(
+    """(run_id, key, step, value, timestamp) rows, typed."""
+    return pd.DataFrame(rows, columns=[*COLUMNS, "timestamp"]).astype(
         {"step": "int64", "value": "float64", "timestamp": "int64"})
-    return long[long["step"] >= 1]

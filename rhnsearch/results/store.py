@@ -169,7 +169,7 @@ def history(exp: Experiment, runs: pd.DataFrame) -> pd.DataFrame:
     the metrics logged at that epoch (NaN where a metric was not logged at that epoch)."""
     keys = [c.removeprefix("metrics.") for c in runs.columns
             if c.startswith("metrics.") and c != "metrics.epoch"]
-    long = histories.read(exp.tracking_uri, exp.client, {r: keys for r in runs["run_id"]})
+    long = histories.read(exp.tracking_uri, exp.client, list(runs["run_id"]), keys)
     long["value"] = unclipped(long["value"])
     wide = long.drop_duplicates(["run_id", "step", "key"], keep="last").pivot(
         index=["run_id", "step"], columns="key", values="value")
