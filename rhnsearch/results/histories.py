@@ -14,7 +14,9 @@ Three ways, fastest first, each giving the same rows:
 The server call goes through MLflow's own HTTP helper and credentials (MLFLOW_TRACKING_TOKEN,
 _USERNAME/_PASSWORD, TLS settings), imported behind one probe: without them, the last way.
 """
+import sqlite3
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pandas as pd
 import sqlalchemy as sa
@@ -46,12 +48,15 @@ def read(uri: str, client: MlflowClient, run_ids: list[str], keys: list[str]) ->
 
 def _sql(uri: str, run_ids: list[str]) -> pd.DataFrame:
     """One SELECT per SQL_CHUNK runs on the store's database (sqlite opened read-only)."""
-    if uri.startswith("sqlite:///"):
-        uri = f"sqlite:///file:{uri.removeprefix('sqlite:///')}?mode=ro&uri=true"
     query = sa.text("SELECT run_uuid, key, step, value, is_nan FROM metrics WHERE run_uuid IN "
                     ":ids AND key != 'epoch' AND step >= 1 ORDER BY timestamp"
                     ).bindparams(sa.bindparam("ids", expanding=True))
-    engine = sa.create_engine(uri, poolclass=sa.pool.NullPool)
+    if uri.startswith("sqlite:///"):  # read-only, by a file: URI (its path percent-encoded)
+        path = Path(uri.removeprefix("sqlite:///")).resolve()
+        engine = sa.create_engine("sqlite://", poolclass=sa.pool.NullPool, creator=lambda:
+                                  sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True))
+    else:
+        engine = sa.create_engine(uri, poolclass=sa.pool.NullPool)
     try:
         with engine.connect() as db:  # the driver's plain tuples: 3x faster than Row objects
             rows = [row for i in range(0, len(run_ids), SQL_CHUNK) for row in
