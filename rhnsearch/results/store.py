@@ -1,14 +1,11 @@
 """Read a study's MLflow runs in bulk into pandas: one row per trial, or one per trial and epoch.
 
-Runs come from MlflowClient.search_runs, 50,000 a page. Histories of a sqlite store come from
-one SELECT on its `metrics` table; of any other store (an MLflow server, another database),
-from get_metric_history per run and metric: 30x slower (benchmarks/export_speed.py).
+Runs come from MlflowClient.search_runs, 50,000 a page; histories from `histories`: one SELECT
+on a database store's `metrics` table, bulk REST calls to an MLflow server, get_metric_history
+per run and metric on anything else (benchmarks/export_speed.py times them).
 Columns follow mlflow.search_runs: ids and tags plain (with the provenance tags: git commit,
 library versions, where each trial trained), then `params.*` and `metrics.*`.
 """
-import json
-import sqlite3
-from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +16,7 @@ from mlflow.tracking import MlflowClient
 from ..errors import UserError
 from ..provenance import COMMIT_TAG, TAGS
 from ..tracking_store import check_store, resolve_tracking_uri
+from . import histories
 
 ID_COLUMNS = ["experiment", "sweep", "parent_run_id", "run_id", "run_name", "trial_id",
               "status", "stopped_at_epoch", "run_status", "start_time", "end_time"]
@@ -169,8 +167,10 @@ def load_trials(experiment: str, tracking_uri: str | None = None,
 def history(exp: Experiment, runs: pd.DataFrame) -> pd.DataFrame:
     """One row per trial and epoch (step) for the trials in RUNS: their ids and params, then
     the metrics logged at that epoch (NaN where a metric was not logged at that epoch)."""
-    long = _history_sql(exp.tracking_uri, list(runs["run_id"])) \
-        if exp.tracking_uri.startswith("sqlite:///") else _history_client(exp, runs)
+    keys = [c.removeprefix("metrics.") for c in runs.columns
+            if c.startswith("metrics.") and c != "metrics.epoch"]
+    long = histories.read(exp.tracking_uri, exp.client, list(runs["run_id"]), keys)
+    long["value"] = unclipped(long["value"])
     wide = long.drop_duplicates(["run_id", "step", "key"], keep="last").pivot(
         index=["run_id", "step"], columns="key", values="value")
     wide = wide[_ordered(wide.columns, FIRST_METRICS)].add_prefix("metrics.").reset_index()
@@ -180,33 +180,6 @@ def history(exp: Experiment, runs: pd.DataFrame) -> pd.DataFrame:
     out = runs[fixed].merge(wide, on="run_id", how="inner", validate="one_to_many")
     return out.sort_values(["sweep", "trial_id", "epoch"], kind="stable").reset_index(
         drop=True)
-
-
-def _history_sql(uri: str, run_ids: list) -> pd.DataFrame:
-    """(run_id, key, step, value) of the metrics of RUN_IDS in logging order, in one SELECT on
-    the sqlite file, read-only. The `epoch` metric is left out: it is the step; so are
-    metrics at step 0 (epochs start at 1; step 0 holds summaries such as analyses')."""
-    path = Path(uri.removeprefix("sqlite:///")).resolve()
-    with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
-        rows = db.execute("SELECT run_uuid, key, step, value, is_nan FROM metrics WHERE "
-                          "run_uuid IN (SELECT value FROM json_each(?)) AND key != 'epoch' "
-                          "AND step >= 1 ORDER BY timestamp", (json.dumps(run_ids),)).fetchall()
-    long = pd.DataFrame.from_records(rows, columns=["run_id", "key", "step", "value", "is_nan"])
-    long["value"] = unclipped(long["value"].astype("float64").where(long["is_nan"] == 0))
-    return long[["run_id", "key", "step", "value"]]
-
-
-def _history_client(exp: Experiment, runs: pd.DataFrame) -> pd.DataFrame:
-    """The same rows through the tracking API: one get_metric_history call per run and metric
-    (epochs only, as in `_history_sql`)."""
-    keys = [c.removeprefix("metrics.") for c in runs.columns
-            if c.startswith("metrics.") and c != "metrics.epoch"]
-    rows = [(run_id, key, m.step, m.value) for run_id in runs["run_id"] for key in keys
-            for m in sorted(exp.client.get_metric_history(run_id, key),
-                            key=lambda m: m.timestamp) if m.step >= 1]
-    long = pd.DataFrame(rows, columns=["run_id", "key", "step", "value"])
-    long["value"] = unclipped(long["value"].astype("float64"))
-    return long
 
 
 def sweep_trials(exp: Experiment, sweep: str | None = None) -> tuple[pd.Series, pd.DataFrame]:
