@@ -19,6 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from lab_services import mlflow_pg_server, postgres_uri  # noqa: F401 (fixtures of the session)
 
 ROOT = Path(__file__).resolve().parents[1]
 JSB_SPACE = ROOT / "spaces" / "jsb_optimization.yaml"

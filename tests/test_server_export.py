@@ -7,7 +7,6 @@ import time
 
 import pandas as pd
 import pytest
-from lab_services import mlflow_pg_server, postgres_uri  # noqa: F401 (fixtures)
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
