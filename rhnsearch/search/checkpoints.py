@@ -55,7 +55,7 @@ class KeepNewestCheckpoint(Callback):
         folder, name = checkpoint.path.rstrip("/").rsplit("/", 1)
         older = self.newest.get(trial.trial_id)
         self.newest[trial.trial_id] = name
-        storage.LATER.put(f"prune {trial.trial_id}", lambda: prune(
+        storage.LATER.put(f"prune {folder}/{older or '*'}", lambda: prune(
             checkpoint.filesystem, folder, [older] if older else None, keep=name))
 
 

@@ -93,15 +93,6 @@ def delete_file(location: str):
     fs.delete_file(path)
 
 
-def delete_dir(location: str):
-    """Delete a folder and everything in it (nothing if it is not there)."""
-    fs, path = split(location)
-    try:
-        fs.delete_dir(path)
-    except FileNotFoundError:
-        pass
-
-
 class Later:
     """One thread doing the storage work that Tune's event loop must not wait for (on a bucket,
     each request is a round trip): jobs run in the order queued, and a job queued under a key
@@ -147,10 +138,6 @@ LATER = Later()
 def write_text_later(location: str, text: str):
     """write_text on the storage thread (see Later)."""
     LATER.put(f"write {location}", lambda: write_text(location, text))
-
-
-def delete_dir_later(location: str):
-    LATER.put(f"delete {location}", lambda: delete_dir(location))
 
 
 def exists(location: str) -> bool:
