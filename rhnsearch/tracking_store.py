@@ -39,8 +39,14 @@ def artifact_root(uri: str, experiment: str) -> str | None:
 
 
 def check_store(uri: str):
-    """Fail early, in one line, if the tracking store cannot be reached or written."""
+    """Fail early, in one line, if the tracking store cannot be reached, refuses the login or
+    cannot be read. A server's credentials come from MLflow's variables, never the URI (the
+    URI is recorded with the sweep)."""
     url = urlparse(uri)
+    if url.scheme in ("http", "https") and (url.username or url.password):
+        raise UserError(f"the tracking URI {url.scheme}://{url.hostname}:{url.port or ''} "
+                        "carries a user or password: set MLFLOW_TRACKING_USERNAME and "
+                        "MLFLOW_TRACKING_PASSWORD instead (a URI is recorded with the sweep)")
     if url.scheme in ("http", "https"):
         try:
             socket.create_connection((url.hostname, url.port or 80), timeout=5).close()
@@ -51,6 +57,12 @@ def check_store(uri: str):
     try:
         MlflowClient(uri).search_experiments(max_results=1)
     except Exception as exc:  # the store's own error types vary by backend
+        if getattr(exc, "error_code", None) in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
+            user = os.environ.get("MLFLOW_TRACKING_USERNAME")
+            raise UserError(f"MLflow at {uri} refused the login"
+                            f"{f' of user {user!r}' if user else ''} ({exc.error_code}): set "
+                            "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD to an "
+                            "account of that server") from None
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserError(f"{uri} is not a working MLflow tracking store ({first[:200]}): "
                         "start the MLflow server there or pass a working --tracking-uri "

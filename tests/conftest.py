@@ -279,13 +279,6 @@ def ray_cluster():
         cluster.stop()
 
 
-@pytest.fixture
-def two_node_cluster():
-    """A head and a worker node, one CPU each."""
-    with ray_cluster() as cluster:
-        yield cluster.head().worker()
-
-
 # -- a sweep driver running in the background ----------------------------------------------
 def kill_all(procs):
     """SIGKILL these processes and wait until they are gone."""
@@ -309,8 +302,10 @@ def wait_until(predicate, what: str, timeout: float = 240):
 class Sweep:
     """`rhnsearch sweep run` in its own process group; its Tune results read from its
     storage (default: results/sweeps in its working dir). Tune's file loggers are on
-    (TUNE_DISABLE_AUTO_CALLBACK_LOGGERS=0; a sweep turns them off by default), so that a test
-    can see every result Tune logged, with the pid of the worker that reported it."""
+    (TUNE_DISABLE_AUTO_CALLBACK_LOGGERS=0; a sweep turns them off by default) and Tune syncs
+    the storage at every step (TUNE_GLOBAL_CHECKPOINT_S=0; by default every 10 s or more), so
+    that a test sees every result as Tune logged it, with the pid of the worker that reported
+    it, as it comes."""
 
     def __init__(self, cwd: Path, name: str, data_dir: Path, *args, storage=None, env=None):
         self.cwd, self.name = cwd, name
@@ -322,7 +317,8 @@ class Sweep:
              "smoke", "--data-dir", str(data_dir), "--name", name, "--json", *where,
              *map(str, args)],
             cwd=cwd, stdout=self.out, stderr=self.err,
-            env={**os.environ, "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "0", **(env or {})},
+            env={**os.environ, "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "0",
+                 "TUNE_GLOBAL_CHECKPOINT_S": "0", **(env or {})},
             start_new_session=True)
 
     def results(self) -> dict[str, list[dict]]:

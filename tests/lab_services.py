@@ -73,17 +73,19 @@ def free_port() -> int:
 
 @contextmanager
 def mlflow_server(backend_uri: str, workdir: Path, timeout: float = 180,
-                  artifacts: str | None = None, env: dict | None = None):
+                  artifacts: str | None = None, env: dict | None = None, login: bool = False):
     """`mlflow server` on BACKEND_URI (one worker, on a free loopback port, artifacts proxied
     to ARTIFACTS, by default WORKDIR/artifacts, its log in WORKDIR/mlflow-server.log, with
-    ENV added to its environment): yields its URL once /health answers; its process group is
-    killed afterwards."""
+    ENV added to its environment; with LOGIN, behind MLflow's basic-auth app, whose admin is
+    named in ENV and whose users are kept in WORKDIR): yields its URL once /health answers;
+    its process group is killed afterwards."""
     port, log = free_port(), open(workdir / "mlflow-server.log", "w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_uri,
          "--artifacts-destination", artifacts or str(workdir / "artifacts"), "--host",
-         "127.0.0.1", "--port", str(port), "--workers", "1"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+         "127.0.0.1", "--port", str(port), "--workers", "1",
+         *(["--app-name", "basic-auth"] if login else [])],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=workdir,
         env={**os.environ, **(env or {})})
     url = f"http://127.0.0.1:{port}"
     try:

@@ -124,16 +124,15 @@ def test_resume_after_tune_deleted_the_checkpoint_its_saved_state_names(tmp_path
     could not finish (seen in CI). Kill the driver, leave the files as that race does (the
     state's checkpoint gone, a newer one there, and a file a kill cut short), resume: the trial
     goes on from the newer checkpoint, its run has every epoch once, and the cut file is gone.
-    (Tune saves its state at every step here, TUNE_GLOBAL_CHECKPOINT_S=0, so that the state
-    names the checkpoint just before the newest, as the race leaves it; on its own period the
-    state may name none yet.)"""
+    (Tune saves its state at every step here, see Sweep, so that the state names the
+    checkpoint just before the newest, as the race leaves it; on its own period the state may
+    name none yet.)"""
     import torch
 
     from rhnsearch.search.checkpoints import stale_checkpoints
     epochs = 20
     sweep = sweeps(tmp_path, "stale-state", data_dir, *SMALL, "--set", "depths=[1]",
-                   "--set", "samples=1", "--set", f"fixed.epochs={epochs}",
-                   env={"TUNE_GLOBAL_CHECKPOINT_S": "0"})
+                   "--set", "samples=1", "--set", f"fixed.epochs={epochs}")
     uri = f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"
     wait_until(lambda: any(r.data.metrics.get("epoch", 0) >= 5 for r in child_runs(uri)),
                "MLflow shows epoch 5")

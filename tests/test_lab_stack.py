@@ -1,8 +1,11 @@
-"""MLflow as labs deploy it: `mlflow server` on PostgreSQL with its artifacts proxied to a
-bucket, the sweep's storage in the same bucket (a real S3-compatible server on 127.0.0.1).
-The sweep logs through the server, its model, plots and report land in the bucket, and every
-results command works from the server alone, in a fresh directory."""
+"""MLflow as labs deploy it: `mlflow server` on PostgreSQL behind MLflow's basic-auth login,
+its artifacts proxied to a bucket, the sweep's storage in the same bucket (a real
+S3-compatible server on 127.0.0.1). The sweep logs through the server with the user's
+credentials from the environment; a wrong password is one line before Ray starts; the model,
+plots and report land in the bucket; every results command works from the server alone, in a
+fresh directory; and the password is nowhere the sweep wrote."""
 import json
+import secrets
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -13,18 +16,32 @@ from lab_services import mlflow_server, postgres_database
 pytestmark = pytest.mark.slow
 
 
-def test_sweep_through_a_postgresql_server_with_artifacts_in_a_bucket(s3_server, tmp_path,
-                                                                      data_dir):
-    bucket = s3_server.bucket()
-    server_env = {**s3_server.env, "MLFLOW_S3_ENDPOINT_URL": s3_server.endpoint}
+def test_sweep_through_a_postgresql_server_with_a_login_and_a_bucket(s3_server, tmp_path,
+                                                                     data_dir, monkeypatch):
+    bucket, password = s3_server.bucket(), secrets.token_hex(12)
+    login = {"MLFLOW_TRACKING_USERNAME": "admin", "MLFLOW_TRACKING_PASSWORD": password}
+    server_env = {**s3_server.env, "MLFLOW_S3_ENDPOINT_URL": s3_server.endpoint,
+                  "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(8),
+                  "MLFLOW_AUTH_ADMIN_USERNAME": "admin", "MLFLOW_AUTH_ADMIN_PASSWORD": password}
+    driver, fresh, server_dir = tmp_path / "driver", tmp_path / "fresh", tmp_path / "server"
+    for directory in (driver, fresh, server_dir):
+        directory.mkdir()
     with postgres_database() as database, mlflow_server(
-            database, tmp_path, artifacts=f"s3://{bucket}/artifacts", env=server_env) as url:
-        driver, fresh = tmp_path / "driver", tmp_path / "fresh"
-        driver.mkdir(), fresh.mkdir()
-        proc = rhnsearch_cli("sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir",
-                             data_dir, "--name", "lab", "--tracking-uri", url, "--storage-path",
-                             s3_server.uri(bucket), "--set", "archs=[rhn]", "--set",
-                             "depths=[1,2]", "--json", cwd=driver)
+            database, server_dir, artifacts=f"s3://{bucket}/artifacts", env=server_env,
+            login=True) as url:
+        run = ["sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir", data_dir,
+               "--tracking-uri", url, "--storage-path", s3_server.uri(bucket)]
+        for user, word in (("admin", "wrong"), ("nobody", password)):
+            refused = rhnsearch_main(*run, cwd=driver, check=False, env={
+                "MLFLOW_TRACKING_USERNAME": user, "MLFLOW_TRACKING_PASSWORD": word})
+            assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+            assert f"refused the login of user {user!r}" in refused.stderr
+        # Nothing stored before the refusal (the bucket's check leaves pyarrow's empty marker
+        # of the storage's folder, no object of the sweep).
+        assert [key for key in s3_server.keys(bucket) if not key.endswith("/")] == []
+
+        proc = rhnsearch_cli(*run, "--name", "lab", "--set", "archs=[rhn]", "--set",
+                             "depths=[1,2]", "--json", cwd=driver, env=login)
         summary = json_summary(proc)
         assert summary["complete"] and summary["trials"] == 4, proc.stderr[-3000:]
         artifacts = s3_server.keys(bucket, "artifacts/")
@@ -33,7 +50,7 @@ def test_sweep_through_a_postgresql_server_with_artifacts_in_a_bucket(s3_server,
         assert not (driver / "results" / "mlflow.db").exists()
 
         def results(*args):
-            return rhnsearch_main(*args, "--tracking-uri", url, cwd=fresh)
+            return rhnsearch_main(*args, "--tracking-uri", url, cwd=fresh, env=login)
         results("results", "report", "--experiment", "jsb_optimization", "--out",
                 fresh / "report.html")
         results("results", "export", "--experiment", "jsb_optimization", "--out",
@@ -46,6 +63,21 @@ def test_sweep_through_a_postgresql_server_with_artifacts_in_a_bucket(s3_server,
         assert (fresh / "report.html").stat().st_size > 10_000
         assert (fresh / "swarm.png").stat().st_size > 10_000
         assert "| RHN | 1 |" in table and "| RHN | 2 |" in table
-        best = MlflowClient(url).get_run(json.loads(analysis.stdout.splitlines()[-1])["run_id"])
-        assert best.data.tags["sweep"] == "lab"
+        best = json.loads(analysis.stdout.splitlines()[-1])["run_id"]
+        for key, value in login.items():  # this process reads the server too
+            monkeypatch.setenv(key, value)
+        client = MlflowClient(url)
+        assert client.get_run(best).data.tags["sweep"] == "lab"
+
+        # The password: not in any output, tag, param, artifact, bucket object or local file.
+        experiment = client.get_experiment_by_name("jsb_optimization").experiment_id
+        recorded = [proc.stdout, proc.stderr, analysis.stdout, analysis.stderr]
+        recorded += [json.dumps([run.data.tags, run.data.params])
+                     for run in client.search_runs([experiment])]
+        s3 = s3_server.client()
+        recorded += [s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode("latin-1")
+                     for key in s3_server.keys(bucket)]
+        recorded += [path.read_bytes().decode("latin-1") for directory in (driver, fresh)
+                     for path in directory.rglob("*") if path.is_file()]
+        assert not [text[:200] for text in recorded if password in text]
     assert not list(fresh.rglob("mlflow.db")), "a local store was made"

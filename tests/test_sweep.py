@@ -4,6 +4,7 @@ import hashlib
 import json
 import math
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -14,8 +15,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 from ray.tune.experiment import Trial
 
-from conftest import (JSB_SPACE, ROOT, free_port, json_summary, rhnsearch_cli, rhnsearch_main,
-                      wait_until)
+from conftest import (JSB_SPACE, ROOT, free_port, json_summary, ray_cluster, rhnsearch_cli,
+                      rhnsearch_main, wait_until)
+import lab_services
 from rhnsearch.search.scheduler import CellASHAScheduler
 from rhnsearch.search.searchers import load_study
 
@@ -222,35 +224,57 @@ def test_driver_killed_then_resume_finishes_without_rerunning(tmp_path, data_dir
     assert parent_after.info.status == "FINISHED" and "resumed" in parent_after.data.tags
 
 
-def test_submit_to_a_two_node_cluster(two_node_cluster, mlflow_server, tmp_path, data_dir):
-    gcs, dashboard, env = (two_node_cluster.gcs, two_node_cluster.dashboard,
-                           two_node_cluster.env)
-    nodes = subprocess.run(
-        [sys.executable, "-c", "import ray; ray.init(address='%s'); "
-         "print(sum(n['Alive'] for n in ray.nodes()))" % gcs],
-        capture_output=True, text=True, timeout=120, env={**os.environ, **env}, check=True)
-    assert nodes.stdout.strip().splitlines()[-1] == "2"
+def test_submit_to_a_two_node_cluster_behind_a_login(tmp_path, data_dir):
+    """A sweep submitted as a Ray Job to a two-node cluster, logging to an MLflow server behind
+    its basic-auth login: the credentials are in the cluster's environment (where `ray start`
+    ran), which the job's driver inherits; rhnsearch puts them in no runtime env, log or
+    state."""
+    password = secrets.token_hex(12)
+    login = {"MLFLOW_TRACKING_USERNAME": "admin", "MLFLOW_TRACKING_PASSWORD": password}
+    server_env = {"MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(8),
+                  "MLFLOW_AUTH_ADMIN_USERNAME": "admin", "MLFLOW_AUTH_ADMIN_PASSWORD": password}
     storage = tmp_path / "storage"
-    proc = rhnsearch_cli("sweep", "submit", "spaces/jsb_optimization.yaml", "--preset", "smoke",
-                         "--address", dashboard, "--data-dir", data_dir, "--tracking-uri",
-                         mlflow_server, "--storage-path", storage, "--set", "archs=[rhn]",
-                         "--set", "depths=[1,2]", "--name", "on-cluster", "--follow",
-                         cwd=ROOT, timeout=900, env=env)
-    job_id = proc.stdout.strip().splitlines()[0]
-    assert job_id == "rhnsearch-on-cluster"
-    status = rhnsearch_cli("sweep", "status", job_id, "--address", dashboard, cwd=ROOT,
-                           env=env)
-    assert "SUCCEEDED" in status.stdout
-    logs = rhnsearch_cli("sweep", "logs", job_id, "--address", dashboard, cwd=ROOT,
-                         env=env).stdout
-    assert "sweep on-cluster: 4 trials" in logs
-    client = MlflowClient(mlflow_server)
-    exp = client.get_experiment_by_name("jsb_optimization")
-    runs = client.search_runs([exp.experiment_id], "tags.kind = 'trial'")
-    check_child_runs(client, runs, 4)
+    with lab_services.mlflow_server(f"sqlite:///{tmp_path / 'server.db'}", tmp_path,
+                                    env=server_env, login=True) as uri, \
+            ray_cluster() as cluster:
+        cluster.env.update(login)
+        cluster.head().worker()
+        env, dashboard = cluster.env, cluster.dashboard
+        proc = rhnsearch_cli("sweep", "submit", "spaces/jsb_optimization.yaml", "--preset",
+                             "smoke", "--address", dashboard, "--data-dir", data_dir,
+                             "--tracking-uri", uri, "--storage-path", storage, "--set",
+                             "archs=[rhn]", "--set", "depths=[1,2]", "--name", "on-cluster",
+                             "--follow", cwd=ROOT, timeout=900, env=env)
+        job_id = proc.stdout.strip().splitlines()[0]
+        assert job_id == "rhnsearch-on-cluster"
+        status = rhnsearch_cli("sweep", "status", job_id, "--address", dashboard, cwd=ROOT,
+                               env=env)
+        assert "SUCCEEDED" in status.stdout
+        logs = rhnsearch_cli("sweep", "logs", job_id, "--address", dashboard, cwd=ROOT,
+                             env=env).stdout
+        assert "sweep on-cluster: 4 trials" in logs
+        stored = subprocess.run(  # the job's runtime env as the cluster keeps it
+            [sys.executable, "-c", "import json, sys; from ray.job_submission import "
+             "JobSubmissionClient as C; print(json.dumps(C(sys.argv[1]).get_job_info("
+             "sys.argv[2]).runtime_env))", dashboard, job_id], capture_output=True, text=True,
+            timeout=120, env={**os.environ, **env}, check=True).stdout
+        assert "working_dir" in stored
+        os.environ.update(login)  # this process reads the server too
+        try:
+            client = MlflowClient(uri)
+            exp = client.get_experiment_by_name("jsb_optimization")
+            runs = client.search_runs([exp.experiment_id])
+            check_child_runs(client, [r for r in runs if r.data.tags["kind"] == "trial"], 4)
+        finally:
+            for key in login:
+                os.environ.pop(key)
     state = json.loads((storage / "on-cluster" / "rhnsearch_sweep.json").read_text())
     assert state["storage"] == str(storage)
     assert state["data_dir"] == str(Path(data_dir).resolve())  # resolved on the cluster
+    written = [proc.stdout, proc.stderr, logs, stored,
+               json.dumps([[r.data.tags, r.data.params] for r in runs])]
+    written += [p.read_bytes().decode("latin-1") for p in storage.rglob("*") if p.is_file()]
+    assert not [text[:200] for text in written if password in text]
 
 
 BAD_SPACES = {

@@ -24,8 +24,9 @@ ENTRY = Path(__file__).with_name("pyfunc_entry.py")
 @contextmanager
 def tracking_uri(uri: str):
     """MLflow's model logging and registry look models up through the global tracking URI:
-    `uri` for the block, the one before after it."""
-    before = mlflow.get_tracking_uri()
+    `uri` for the block, as it was after it (unset if it was: MLflow's default, set, would
+    also land in $MLFLOW_TRACKING_URI)."""
+    before = mlflow.get_tracking_uri() if mlflow.tracking.is_tracking_uri_set() else None
     mlflow.set_tracking_uri(uri)
     try:
         yield
