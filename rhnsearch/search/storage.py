@@ -293,8 +293,9 @@ class _RenamedWhenClosed(io.FileIO):
 
 
 def check_reachable(location: str):
-    """Raise OSError, in one request or one connect, unless the bucket answers and takes a
-    write: a sweep must not start Ray and train for an hour before its first checkpoint fails."""
+    """Raise OSError unless the bucket answers (a connect to its endpoint, if one is named) and
+    takes a write (a probe object, written and deleted): a sweep must not start Ray and train
+    for an hour before its first checkpoint fails."""
     if not is_uri(location):
         return
     endpoint = dict(parse_qsl(location.partition("?")[2])).get("endpoint_override") or \

@@ -91,7 +91,7 @@ class Journal:
     def __init__(self, directory, mirror: str | None = None):
         self.path = Path(directory) / PENDING_FILE
         self.sent_path = Path(directory) / "mlflow_sent"
-        self.mirror, self.mirrored = mirror, False
+        self.mirror = mirror
         self.lock = threading.Lock()
         self.last = max([self.sent(), *(r["seq"] for r in self.records())])
         left = parse(storage.read_text(mirror) or "") if mirror else []
