@@ -3,18 +3,20 @@
 
 Builds the sqlite store once (a parent sweep run and RUNS nested child runs shaped like the
 tracker's: tags, 31 params, 10 metrics per epoch), starts `mlflow server` on a fresh
-PostgreSQL database of its own (tests/lab_services.py) and copies the store's rows into it (the
-rows MLflow wrote, without logging them all again: 91 s instead of about 300 s). Then times,
+PostgreSQL database of its own (tests/lab_services.py), copies the store's rows into it (the
+rows MLflow wrote, without logging them all again) and logs the sweep's history table
+(rhnsearch.results.snapshot) on the server's parent run, as a finished sweep does. Then times,
 the stores in turn in each of ROUNDS:
   runs              rhnsearch.results.store.trials (MlflowClient.search_runs, paged)
   history           store.history: one SELECT per 500 runs on a database store
-                    (sqlite, postgresql://), GetMetricHistoryBulkInterval calls on the server
+                    (sqlite, postgresql://), the sweep's history table from the server
+  history/no table  histories.read, what the server gives without the table:
+                    GetMetricHistoryBulkInterval calls
   history/per-run   the last-resort fallback (get_metric_history per run and metric) over the
                     first --api-runs runs, scaled to RUNS
 and, once each, the whole `rhnsearch results export` command in a fresh process (imports
 included) to .parquet, with and without --history. Prints a table, then one JSON line of
-median seconds. One run here (README, Performance): export --history 8.5 s from sqlite, 9.3 s
-from postgresql://, 64 s through the server (its bulk history calls 43 s, per run 87 s).
+median seconds. The README (Performance) has a run's numbers.
 
     python benchmarks/export_speed.py [--runs 1000] [--epochs 50] [--store DIR]
 """
@@ -34,7 +36,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 from sqlalchemy.dialects import postgresql
 
-from rhnsearch.results import histories, store
+from rhnsearch.results import histories, snapshot, store
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -118,6 +120,17 @@ def copy_store(sqlite_uri: str, pg_uri: str):
     target.dispose()
 
 
+def log_table(sqlite_uri: str, server_uri: str):
+    """The sweep's history table on its parent run (on the server: artifacts are not
+    copied), as a finished sweep logs it."""
+    exp = store.open_experiment(EXPERIMENT, sqlite_uri)
+    trials = store.trials(exp)
+    long = histories.read(sqlite_uri, exp.client, list(trials["run_id"]),
+                          sorted({c.removeprefix("metrics.") for c in trials.columns
+                                  if c.startswith("metrics.")} - {"epoch"}))
+    snapshot.log_histories(MlflowClient(server_uri), trials["parent_run_id"].iloc[0], long)
+
+
 def time_store(label: str, exp: store.Experiment, args, times: dict) -> pd.DataFrame:
     """One round of trials, history and the per-run fallback on one store."""
     seconds, trials = timed(lambda: store.trials(exp))
@@ -126,6 +139,9 @@ def time_store(label: str, exp: store.Experiment, args, times: dict) -> pd.DataF
     times.setdefault(f"{label} history", []).append(seconds)
     keys = [c.removeprefix("metrics.") for c in trials.columns
             if c.startswith("metrics.") and c != "metrics.epoch"]
+    seconds, _ = timed(lambda: histories.read(exp.tracking_uri, exp.client,
+                                              list(trials["run_id"]), keys))
+    times.setdefault(f"{label} history/no table", []).append(seconds)
     pairs = [(r, k) for r in trials["run_id"].head(args.api_runs) for k in keys]
     seconds, _ = timed(lambda: histories._per_run(exp.client, pairs))
     times.setdefault(f"{label} history/per-run", []).append(seconds * args.runs / args.api_runs)
@@ -154,6 +170,8 @@ def main():
         with mlflow_server(pg, Path(work)) as url:
             seconds, _ = timed(lambda: copy_store(uri, pg))
             print(f"copied into PostgreSQL in {seconds:.0f}s", file=sys.stderr)
+            seconds, _ = timed(lambda: log_table(uri, url))
+            print(f"logged the sweep's history table in {seconds:.0f}s", file=sys.stderr)
             stores = {"sqlite": uri, "postgresql://": pg, "pg server": url}
             opened = {label: store.open_experiment(EXPERIMENT, where)
                       for label, where in stores.items()}
@@ -170,7 +188,8 @@ def main():
     print(f"{args.runs} runs x {args.epochs} epochs ({args.runs * args.epochs * 10:,} metric "
           "values), median seconds:")
     print(f"  {'':<26} " + " ".join(f"{label:>14}" for label in stores))
-    for what in ("runs", "history", "history/per-run", "cli export", "cli export --history"):
+    for what in ("runs", "history", "history/no table", "history/per-run", "cli export",
+                 "cli export --history"):
         print(f"  {what:<26} " + " ".join(f"{medians[f'{label} {what}']:14.2f}"
                                           for label in stores))
     print(json.dumps({"runs": args.runs, "epochs": args.epochs, "seconds": medians}))

@@ -45,7 +45,8 @@ def test_sweep_through_a_postgresql_server_with_a_login_and_a_bucket(s3_server, 
         summary = json_summary(proc)
         assert summary["complete"] and summary["trials"] == 4, proc.stderr[-3000:]
         artifacts = s3_server.keys(bucket, "artifacts/")
-        for name in ("report/report.html", "swarm.png", "MLmodel", "model.pt"):
+        for name in ("report/report.html", "swarm.png", "MLmodel", "model.pt",
+                     "histories.parquet"):
             assert any(key.endswith(name) for key in artifacts), (name, artifacts)
         assert not (driver / "results" / "mlflow.db").exists()
 
@@ -61,6 +62,10 @@ def test_sweep_through_a_postgresql_server_with_a_login_and_a_bucket(s3_server, 
         analysis = results("analyze", "gates", "--best", "--experiment", "jsb_optimization",
                            "--data-dir", data_dir, "--json")
         assert (fresh / "report.html").stat().st_size > 10_000
+        rhnsearch_main("results", "export", "--experiment", "jsb_optimization", "--out",
+                       fresh / "history-db.csv", "--history", "--tracking-uri", database,
+                       cwd=fresh)  # the histories from the database itself, as the table has them
+        assert (fresh / "history.csv").read_text() == (fresh / "history-db.csv").read_text()
         assert (fresh / "swarm.png").stat().st_size > 10_000
         assert "| RHN | 1 |" in table and "| RHN | 2 |" in table
         best = json.loads(analysis.stdout.splitlines()[-1])["run_id"]

@@ -11,7 +11,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 from conftest import rhnsearch_main
-from rhnsearch.results import histories
+from rhnsearch.results import histories, snapshot, store
 
 EXPERIMENT = "server_export"
 KEYS = ["train_loss", "valid_loss", "best_valid_loss"]
@@ -108,3 +108,29 @@ def test_history_longer_than_a_bulk_call_is_read_whole(stores):
     assert len(answer["metrics"]) == histories.BULK_MAX_RESULTS
     long = histories.read(stores["server"], client, [run.info.run_id], ["train_loss"])
     assert long["step"].tolist() == list(range(1, histories.BULK_MAX_RESULTS + 101))
+
+
+def test_a_sweeps_history_table_is_read_while_it_is_current(stores, tmp_path):
+    """The table a finished sweep logs on its parent run gives the server's export, and a run
+    logged to after it was written is read from the server instead."""
+    client = MlflowClient(stores["server"])
+    exp = store.open_experiment(EXPERIMENT, stores["server"])
+    runs = store.trials(exp)
+    ids = list(runs["run_id"])
+    long = histories.read(stores["server"], client, ids, KEYS + ["test_loss", "accuracy", "loss"])
+    snapshot.log_histories(client, runs["parent_run_id"].iloc[0], long)
+    assert set(snapshot.current_rows(client, runs, store.unclipped)["run_id"]) == set(ids)
+    pd.testing.assert_frame_equal(exported(stores["server"], tmp_path, "table"),
+                                  exported(stores["sqlite"], tmp_path, "sqlite"))
+
+    later = runs[runs["trial_id"] == "00002"]["run_id"].item()
+    for uri in (stores["server"], stores["sqlite"]):  # an epoch more on one trial, both stores
+        run_id = later if uri == stores["server"] else store.trials(
+            store.open_experiment(EXPERIMENT, uri)).set_index("trial_id").loc["00002", "run_id"]
+        MlflowClient(uri).log_metric(run_id, "valid_loss", 0.25, timestamp=1_800_000_000_000,
+                                     step=5)
+    current = snapshot.current_rows(client, store.trials(exp), store.unclipped)
+    assert set(current["run_id"]) == set(ids) - {later}
+    server = exported(stores["server"], tmp_path, "table-after")
+    assert server[server["trial_id"] == "00002"]["metrics.valid_loss"].iloc[-1] == 0.25
+    pd.testing.assert_frame_equal(server, exported(stores["sqlite"], tmp_path, "sqlite-after"))

@@ -2,7 +2,6 @@
 numbers and summary metrics), published to OUT/RUN_ID/NAME and to the run's artifacts
 analysis/NAME with the summary metrics."""
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +34,6 @@ def open_run(run_id: str | None, best: bool = False, experiment: str | None = No
              tracking_uri: str | None = None, data_dir=None):
     """(client, run id, trainer holding the run's model) of RUN_ID (or the run of
     models:/NAME/VERSION), or of the best run of the experiment's sweeps with `best`."""
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     if bool(run_id) == best:
         raise UserError("give either a RUN_ID or --best --experiment NAME")
     if best and not experiment:

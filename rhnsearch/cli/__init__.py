@@ -33,6 +33,7 @@ def main(argv=None):
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(levelname)s: %(message)s")
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     logging.getLogger("urllib3").setLevel(logging.ERROR)  # its retries are not news
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one file at a time
     try:
         return args.run(args) or 0
     except UserError as exc:

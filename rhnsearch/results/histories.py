@@ -35,15 +35,19 @@ def read(uri: str, client: MlflowClient, run_ids: list[str], keys: list[str]) ->
     """(run_id, key, step, value) of the metrics KEYS of RUN_IDS (every metric they have but
     `epoch`: a database store reads them all), epochs only, in logging order; +-inf as MLflow's
     SQL stores keep them (+-max float), NaN as NaN."""
-    scheme = uri.partition(":")[0].partition("+")[0]
-    if scheme in SQL_SCHEMES:
+    if is_database(uri):
         return _sql(uri, run_ids)
-    request = _server_request(uri) if scheme in ("http", "https") else None
+    request = _server_request(uri) if uri.startswith(("http:", "https:")) else None
     long = _bulk(request, client, run_ids, keys) if request is not None else None
     if long is None:
         long = _per_run(client, [(run_id, key) for run_id in run_ids for key in keys])
     long = long[long["step"] >= 1].sort_values("timestamp", kind="stable")
     return long[COLUMNS].reset_index(drop=True)
+
+
+def is_database(uri: str) -> bool:
+    """Whether URI is a database store, which `read` queries directly."""
+    return uri.partition(":")[0].partition("+")[0] in SQL_SCHEMES
 
 
 def _sql(uri: str, run_ids: list[str]) -> pd.DataFrame:

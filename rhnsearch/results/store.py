@@ -2,7 +2,9 @@
 
 Runs come from MlflowClient.search_runs, 50,000 a page; histories from `histories`: one SELECT
 on a database store's `metrics` table, bulk REST calls to an MLflow server, get_metric_history
-per run and metric on anything else (benchmarks/export_speed.py times them).
+per run and metric on anything else; except on a database store, a finished sweep's runs come
+from the table of their histories on its parent run while it is current (`snapshot`).
+benchmarks/export_speed.py times them.
 Columns follow mlflow.search_runs: ids and tags plain (with the provenance tags: git commit,
 library versions, where each trial trained), then `params.*` and `metrics.*`.
 """
@@ -16,7 +18,7 @@ from mlflow.tracking import MlflowClient
 from ..errors import UserError
 from ..provenance import COMMIT_TAG, TAGS
 from ..tracking_store import check_store, resolve_tracking_uri
-from . import histories
+from . import histories, snapshot
 
 ID_COLUMNS = ["experiment", "sweep", "parent_run_id", "run_id", "run_name", "trial_id",
               "status", "stopped_at_epoch", "run_status", "start_time", "end_time"]
@@ -169,7 +171,11 @@ def history(exp: Experiment, runs: pd.DataFrame) -> pd.DataFrame:
     the metrics logged at that epoch (NaN where a metric was not logged at that epoch)."""
     keys = [c.removeprefix("metrics.") for c in runs.columns
             if c.startswith("metrics.") and c != "metrics.epoch"]
-    long = histories.read(exp.tracking_uri, exp.client, list(runs["run_id"]), keys)
+    cached = snapshot.EMPTY if histories.is_database(exp.tracking_uri) else \
+        snapshot.current_rows(exp.client, runs, unclipped)  # a database is read faster directly
+    rest = runs["run_id"][~runs["run_id"].isin(cached["run_id"])]
+    long = pd.concat([cached, histories.read(exp.tracking_uri, exp.client, list(rest), keys)],
+                     ignore_index=True)
     long["value"] = unclipped(long["value"])
     wide = long.drop_duplicates(["run_id", "step", "key"], keep="last").pivot(
         index=["run_id", "step"], columns="key", values="value")

@@ -28,6 +28,7 @@ from ..data import load_dataset
 from ..data.recorded import dataset_input
 from ..errors import UserError
 from ..provenance import provenance_tags
+from ..results import histories, snapshot
 from ..tracking_store import check_store, resolve_tracking_uri
 from . import storage
 from .checkpoints import (KeepNewestCheckpoint, check_saved_state,
@@ -257,7 +258,10 @@ def finish(tuner, state: dict) -> dict:
     client = MlflowClient(state["tracking_uri"])
     try:
         drop_lost_runs(client, state, experiment_path)
-        summary = summarize(client, state)
+        runs = child_runs(client, state)
+        long = histories.read(state["tracking_uri"], client, [r.info.run_id for r in runs],
+                              sorted({k for r in runs for k in r.data.metrics} - {"epoch"}))
+        summary = summarize(runs, long, state)
     except MlflowException as exc:
         raise UserError(f"sweep {state['name']}: every trial ended but MLflow at "
                         f"{state['tracking_uri']} is not answering "
@@ -278,6 +282,7 @@ def finish(tuner, state: dict) -> dict:
             if isinstance(v, (int, float)) and not isinstance(v, bool)])
         from ..results.plots import log_sweep_plots
         from ..results.report import log_sweep_report
+        snapshot.log_histories(client, parent, long)
         log_sweep_plots(client, state["experiment_id"], parent)
         log_sweep_report(client, state["experiment_id"], parent)
         client.set_terminated(parent, "FINISHED")
@@ -303,16 +308,15 @@ def child_runs(client: MlflowClient, state: dict) -> list:
                               max_results=50000)
 
 
-def summarize(client: MlflowClient, state: dict) -> dict:
-    """Counts by status and the best trial, read back from the sweep's MLflow runs."""
-    runs = child_runs(client, state)
+def summarize(runs: list, long, state: dict) -> dict:
+    """Counts by status and the best trial of the sweep's MLflow RUNS, and the training time
+    in their histories LONG (histories.read's rows)."""
     counts = {s: 0 for s in ("completed", "stopped", "diverged", "failed", "running")}
-    train_seconds, best = 0.0, None
+    train_seconds = float(long.loc[long["key"] == "epoch_seconds", "value"].sum())
+    best = None
     for run in runs:
         status = run.data.tags.get("status", "running")
         counts[status] = counts.get(status, 0) + 1
-        history = client.get_metric_history(run.info.run_id, "epoch_seconds")
-        train_seconds += sum(m.value for m in history)
         loss = run.data.metrics.get("best_valid_loss")
         if status in ("completed", "stopped") and loss is not None and loss == loss and (
                 best is None or loss < best["best_valid_loss"]):
