@@ -18,6 +18,7 @@ from ray.tune.experiment import Trial
 from conftest import (JSB_SPACE, ROOT, free_port, json_summary, ray_cluster, rhnsearch_cli,
                       rhnsearch_main, wait_until)
 import lab_services
+from rhnsearch.search import jobs
 from rhnsearch.search.scheduler import CellASHAScheduler
 from rhnsearch.search.searchers import load_study
 
@@ -259,6 +260,22 @@ def test_submit_to_a_two_node_cluster_behind_a_login(tmp_path, data_dir):
              "sys.argv[2]).runtime_env))", dashboard, job_id], capture_output=True, text=True,
             timeout=120, env={**os.environ, **env}, check=True).stdout
         assert "working_dir" in stored
+        # A job whose driver has a wrong password: refused in one line before its Tune starts
+        wrong = {**jobs.runtime_env(), "env_vars": {"MLFLOW_TRACKING_PASSWORD":
+                                                    secrets.token_hex(12)}}
+        subprocess.run([str(Path(sys.executable).with_name("ray")), "job", "submit",
+                        "--address", dashboard, "--submission-id", "rhnsearch-refused",
+                        "--runtime-env-json", json.dumps(wrong), "--", jobs.entrypoint(
+                            "spaces/jsb_optimization.yaml", "refused", uri, str(storage),
+                            {"preset": "smoke", "data_dir": data_dir})],
+                       cwd=ROOT, env={**os.environ, **env}, capture_output=True, timeout=300)
+        assert "FAILED" in rhnsearch_cli("sweep", "status", "rhnsearch-refused", "--address",
+                                         dashboard, cwd=ROOT, env=env).stdout
+        refused = rhnsearch_cli("sweep", "logs", "rhnsearch-refused", "--address", dashboard,
+                                cwd=ROOT, env=env).stdout
+        errors = [line for line in refused.splitlines() if "error" in line.lower()]
+        assert len(errors) == 1 and "refused the login of user 'admin'" in errors[0], refused
+        assert "Traceback" not in refused and not (storage / "refused").exists()
         os.environ.update(login)  # this process reads the server too
         try:
             client = MlflowClient(uri)

@@ -62,9 +62,10 @@ def sweep_storage(location: str | None, address: str | None) -> str:
     return str(SWEEPS_DIR.resolve())
 
 
-def trainable(space: Space, cells: dict):
-    """`run_trial` with the sweep's cells and the resources the space asks for each trial."""
-    return tune.with_resources(tune.with_parameters(run_trial, cells=cells),
+def trainable(space: Space, cells: dict, function=run_trial):
+    """FUNCTION (`run_trial`) with the sweep's cells and the resources the space asks for
+    each trial."""
+    return tune.with_resources(tune.with_parameters(function, cells=cells),
                                {"cpu": space.resources.cpu, "gpu": space.resources.gpu})
 
 
@@ -179,8 +180,10 @@ def log_sweep_params(client: MlflowClient, state: dict, space: Space):
     client.log_dict(run_id, state["space"], "space.json")
 
 
-def build_tuner(space: Space, state: dict, experiment_path: str) -> tune.Tuner:
-    """The Tuner of a new sweep: its searcher, scheduler, MLflow callback and storage."""
+def build_tuner(space: Space, state: dict, experiment_path: str, function=run_trial) \
+        -> tune.Tuner:
+    """The Tuner of a new sweep: its searcher, scheduler, MLflow callback and storage; its
+    trials run FUNCTION (`run_trial`; benchmarks/driver_load.py gives one that only reports)."""
     name, cells = state["name"], state["cells"]
     constants = {"threads": max(1, int(space.resources.cpu)), **space.fixed,
                  "dataset": space.dataset, "data_dir": state["data_dir"],
@@ -193,7 +196,7 @@ def build_tuner(space: Space, state: dict, experiment_path: str) -> tune.Tuner:
                                 storage.join(experiment_path, SCHEDULER_STATE_FILE))
     filesystem, path = storage.split(state["storage"])
     return tune.Tuner(
-        trainable(space, cells),
+        trainable(space, cells, function),
         param_space=param_space,
         tune_config=tune.TuneConfig(metric=METRIC, mode=MODE, search_alg=search_alg,
                                     scheduler=scheduler, num_samples=num_samples,

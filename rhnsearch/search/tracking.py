@@ -33,6 +33,7 @@ from .trainable import trial_config
 
 log = logging.getLogger("rhnsearch")
 QUEUE_SIZE = 1000  # records held in memory for the sender; the journal holds them all
+BATCH = 500  # records sent at once at most: one request per trial among them
 BACKOFF_SECONDS = (1, 2, 5, 10, 30)  # between attempts while the store does not answer
 DRAIN_SECONDS = 30  # after the trials: how long an unreachable store is waited for
 MIRROR_SECONDS = 10  # while the store does not answer: how often waiting records are copied
@@ -141,9 +142,10 @@ class Journal:
 
 
 class Sender:
-    """Sends a journal's records to MLflow in order, from a background thread. Records come
-    through a bounded queue; those that did not fit (or that an earlier driver left) are read
-    back from the journal."""
+    """Sends a journal's records to MLflow in order, from a background thread, those waiting
+    together: one request per trial among them, so a store that falls behind gets fewer,
+    larger requests. Records come through a bounded queue; those that did not fit (or that an
+    earlier driver left) are read back from the journal."""
 
     def __init__(self, uri: str, experiment_id: str, parent_run_id: str, sweep: str,
                  journal: Journal):
@@ -190,28 +192,42 @@ class Sender:
     def _run(self):
         self._attempt(self._load)
         while True:
-            try:
-                record = self.queue.get(timeout=1.0)
-            except queue.Empty:
-                record = None
-            if (record is None and self.delivered >= self.journal.last) or (
-                    record is not None and record["seq"] <= self.delivered):
-                continue
-            if record is None or record["seq"] > self.delivered + 1:  # the journal has more
-                for missing in self.journal.records(self.delivered):
-                    if record is not None and missing["seq"] >= record["seq"]:
-                        break
-                    self._deliver(missing)
-            if record is not None:
-                self._deliver(record)
+            records = self._next()
+            if records:
+                self._deliver(records)
 
-    def _deliver(self, record: dict):
-        self._attempt(lambda: self._send(record))
-        self.journal.ack(record["seq"])
-        if self.journal.mirrored and record["seq"] == self.journal.last:
+    def _next(self) -> list[dict]:
+        """The records after the last one delivered, in order, up to BATCH of them: those
+        waiting in the queue, or from the journal where the queue lacks some; [] when none
+        came for a second."""
+        try:
+            records = [self.queue.get(timeout=1.0)]
+        except queue.Empty:
+            records = []
+        while records and len(records) < BATCH:
+            try:
+                records.append(self.queue.get_nowait())
+            except queue.Empty:
+                break
+        records = [r for r in records if r["seq"] > self.delivered]
+        seqs = [r["seq"] for r in records]
+        if seqs != list(range(self.delivered + 1, self.delivered + 1 + len(seqs))) or (
+                not records and self.delivered < self.journal.last):
+            records = self.journal.records(self.delivered)[:BATCH]  # the queue missed some
+        return records
+
+    def _deliver(self, records: list[dict]):
+        """Send RECORDS (consecutive), one trial's at a time, then mark them sent."""
+        trials: dict[str, list[dict]] = {}
+        for record in records:
+            trials.setdefault(record["trial_id"], []).append(record)
+        for group in trials.values():
+            self._attempt(lambda: self._send(merged(group)))
+        self.journal.ack(records[-1]["seq"])
+        if self.journal.mirrored and records[-1]["seq"] == self.journal.last:
             self._mirror()  # every record is in MLflow: the copy goes
         with self.done:
-            self.delivered = record["seq"]
+            self.delivered = records[-1]["seq"]
             self.done.notify_all()
 
     def _attempt(self, action):
@@ -272,9 +288,9 @@ class Sender:
 
     def _send(self, record: dict):
         trial_id = record["trial_id"]
-        metrics = [Metric(*m) for m in record["metrics"]]
-        if metrics and max(m.step for m in metrics) <= self.max_epoch.get(trial_id, 0):
-            metrics = []  # MLflow has this epoch: sent before a restore or a dead driver
+        # epochs MLflow has were sent before a restore or by a dead driver
+        known = self.max_epoch.get(trial_id, 0)
+        metrics = [Metric(*m) for m in record["metrics"] if m[3] > known]
         finished = trial_id in self.finished  # a resumed sweep may end it again: leave it
         tags = [] if finished else [RunTag(*t) for t in record["tags"]]
         params = [Param(*p) for p in record["params"]]
@@ -294,6 +310,19 @@ class Sender:
             self._mlflow().set_terminated(run_id, record["end"], record["end_time"])
             if record["end"] == "FINISHED":
                 self.finished.add(trial_id)
+
+
+def merged(records: list[dict]) -> dict:
+    """One trial's consecutive records as one: their metrics in order, the last value of each
+    param and tag, and the last end."""
+    last_end = next((r for r in reversed(records) if r["end"]), records[-1])
+    return {"trial_id": records[0]["trial_id"],
+            "name": next((r["name"] for r in records if r["name"]), None),
+            "dataset": next((r.get("dataset") for r in records if r.get("dataset")), None),
+            "end": last_end["end"], "end_time": last_end["end_time"],
+            "metrics": [m for r in records for m in r["metrics"]],
+            **{kind: list({k: [k, v] for r in records for k, v in r[kind]}.values())
+               for kind in ("params", "tags")}}
 
 
 _SENDERS: dict[Path, Sender] = {}  # one sender per journal in this process
