@@ -427,3 +427,39 @@ def test_every_section_renders_in_chromium(pages, tmp_path):
                 ink, colours = inked(rgb.crop((int(ix), int(iy), int(ix + iw), int(iy + ih))))
                 assert ink > 0.015 and colours > 100, (experiment, key, ink, colours)
         (ARTIFACTS / f"report_{experiment}_boxes.json").write_text(json.dumps(boxes))
+
+
+def drawn_outside(fig) -> list[str]:
+    """What FIG draws beyond its edges (a cut title or label), and the legends that cover an
+    axes' area, after its layout."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Text
+    FigureCanvasAgg(fig).draw()
+    edge = fig.bbox.padded(1)
+    texts = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    cut = [t.get_text() for t in texts
+           if not (edge.contains(*t.get_window_extent().p0)
+                   and edge.contains(*t.get_window_extent().p1))]
+    legends = [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend())]
+    covering = [f"legend over {ax.get_title()!r}" for legend in legends for ax in fig.axes
+                if legend.get_window_extent().overlaps(ax.bbox)]
+    return cut + covering
+
+
+def test_every_figure_of_the_reports_fits_and_no_legend_covers_data(
+        jsb_smoke, ptb_budget_smoke, ptb_hsg_smoke):
+    """The figures the reports embed: every title and label inside the figure, every legend
+    outside the axes it would cover."""
+    from rhnsearch.results import importance, plots, store
+    checked = 0
+    for sweep in (jsb_smoke, ptb_budget_smoke, ptb_hsg_smoke):
+        exp = store.open_experiment(sweep.experiment, sweep.tracking_uri)
+        chosen, trials = store.sweep_trials(exp)
+        figures = [plots.make(kind, exp) for kind in plots.STUDY_PLOTS[sweep.experiment]]
+        figures.append(plots.parallel(chosen, trials))
+        frame, _ = importance.importances(trials)
+        figures += [plots.importance_bars(frame)] if not frame.empty else []
+        for fig in figures:
+            assert drawn_outside(fig) == [], (sweep.experiment, fig.texts, drawn_outside(fig))
+            checked += 1
+    assert checked >= 8

@@ -365,3 +365,43 @@ def test_every_results_command_has_help(capsys):
         assert exit_.value.code == 0
         text = capsys.readouterr().out
         assert text.startswith("usage: rhnsearch") and "--" in text, args
+
+
+def test_bootstrap_intervals_match_hand_computed_ones():
+    """A resample draws half a cell's settings (rounded up). Of [1..5], 3 draws: the best is
+    above k with probability ((5 - k) / 5)**3, so P(best <= 3) = 0.936 and P(best <= 4) =
+    0.992: the 97.5th percentile is 4. Of [1, 3] and [5, 7], one draw each: the gap is 2, 4 or
+    6 with probabilities 1/4, 1/2, 1/4."""
+    from rhnsearch.results import uncertainty
+    assert uncertainty.best_interval([3.0, 1.0, 5.0, 2.0, 4.0]) == (1.0, 4.0)
+    assert uncertainty.gap_interval([5.0, 7.0], [1.0, 3.0]) == (2.0, 6.0)
+    assert uncertainty.excludes_zero((2.0, 6.0)) == "yes"
+    assert uncertainty.excludes_zero((-0.1, 6.0)) == "no"
+    assert uncertainty.best_interval([1.0]) is None
+    assert uncertainty.gap_interval([1.0], [1.0, 2.0]) is None
+    assert uncertainty.shown(None).startswith("–")
+
+
+def noise_study(rng, shift: float) -> pd.DataFrame:
+    """The trials of a JSB-like study: 3 archs x depths 1 and 6 x 10 settings, every loss
+    drawn from one normal distribution, DT-RNN's at depth 6 moved by SHIFT."""
+    rows = [{"params.arch": arch, "params.depth": depth, "status": "completed",
+             "metrics.best_valid_loss": rng.normal(8.5, 0.3)
+             + (shift if (arch, depth) == ("dtrnn", 6) else 0.0)}
+            for arch in ("rhn", "dtrnn", "dtsrnn") for depth in (1, 6) for _ in range(10)]
+    return pd.DataFrame(rows).astype({"params.depth": "Int64"})
+
+
+def test_a_pure_noise_study_reports_its_gaps_as_not_significant():
+    from rhnsearch.results import tables
+    rng = np.random.default_rng(7)
+    noise = [tables.jsb_finding(noise_study(rng, 0.0)) for _ in range(40)]
+    flagged = [row["gap excludes 0"] == "yes" for f in noise for _, row in f.iterrows()
+               if row["arch"] != "RHN"]
+    assert len(flagged) == 80 and sum(flagged) <= 4  # at most 5% of the null gaps
+    real = [tables.jsb_finding(noise_study(rng, 1.0)) for _ in range(40)]
+    found = [f.set_index("arch").at["DT-RNN", "gap excludes 0"] == "yes" for f in real]
+    assert sum(found) >= 36  # a 1-nat gap (3 spreads) is found at least 90% of the time
+    interval = real[0].set_index("arch").at["DT-RNN", "gap: 95% interval"]
+    low, high = map(float, interval.strip("[]").split(", "))
+    assert low < real[0].set_index("arch").at["DT-RNN", "gap to RHN at depth 6"] < high

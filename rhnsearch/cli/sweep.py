@@ -34,14 +34,19 @@ def add_run_options(p):
                    "stopping stops too, not only each trial's settings and curve (the "
                    "JSB smoke preset's trials: 1.3x the time on 2 cores; up to Nx where N "
                    "trials would run at once)")
+    p.add_argument("--seeds", type=int, metavar="N",
+                   help="run each setting N times, with seeds fixed.seed to fixed.seed+N-1 "
+                   "(--set seeds=N): a study of one setting per cell then gets an interval "
+                   "per cell")
     p.add_argument("--register-model", metavar="NAME",
                    help="register the sweep's best model in the MLflow Model Registry as a "
                    "new version of NAME (--set register_model=NAME)")
 
 
 def overrides(args) -> list[str]:
-    """The --set overrides, then those of --deterministic and --register-model."""
-    return args.overrides + (["max_concurrent=1"] if args.deterministic else []) + (
+    """The --set overrides, then those of --seeds, --deterministic and --register-model."""
+    return args.overrides + ([f"seeds={args.seeds}"] if args.seeds is not None else []) + (
+        ["max_concurrent=1"] if args.deterministic else []) + (
         [f"register_model={json.dumps(args.register_model)}"] if args.register_model else [])
 
 

@@ -2,6 +2,7 @@
 artifacts of the sweep's parent run."""
 import logging
 import tempfile
+import textwrap
 import warnings
 from pathlib import Path
 
@@ -32,6 +33,13 @@ CLIP_MARGIN = 0.5  # loss axes stop at best + CLIP_MARGIN x |best| (see loss_axi
 def _title(sweep: pd.Series, trials: pd.DataFrame, what: str) -> str:
     return (f"{what}\n{sweep_dataset(trials)} · sweep {sweep['sweep']} · preset "
             f"{sweep['preset']} · {len(trials)} trials")
+
+
+def fitted(text: str, fig: Figure, fontsize: float, share: float = 1.0) -> str:
+    """TEXT wrapped into lines that fit SHARE of FIG's width at FONTSIZE (points; a
+    character is about 0.6 of it wide)."""
+    chars = max(20, int(share * fig.get_figwidth() * 72 / (0.6 * fontsize)))
+    return "\n".join(textwrap.fill(line, chars) for line in text.split("\n"))
 
 
 def _unit(trials: pd.DataFrame) -> str:
@@ -111,8 +119,8 @@ def swarm(sweep: pd.Series, trials: pd.DataFrame, metric: str = "train_loss") ->
     swarm_legend(ax, trials, archs, colors, clip, above["loss"], len(points))
     notes = ", ".join(f"{n} {'stopped early' if s == 'stopped' else s}"
                       for s, n in trials["status"].value_counts().items() if s != "diverged")
-    ax.set_title(_title(sweep, trials, f"Loss each random setting reached ({notes})"),
-                 fontsize=10)
+    ax.set_title(fitted(_title(sweep, trials, f"Loss each random setting reached ({notes})"),
+                        fig, 10, share=0.75), fontsize=10)
     return fig
 
 
@@ -186,11 +194,13 @@ def depth_curves(sweep: pd.Series, trials: pd.DataFrame, study: str) -> Figure:
         ax.grid(alpha=0.3, which="both")
     axes[0].set_ylabel("perplexity (log scale)")
     missing = int(cells["test"].isna().sum())
-    axes[1].set_title(f"test perplexity\n({missing} of {len(cells)} measured cells have none: "
-                      "stopped early by ASHA, diverged (X at top) or failed)", fontsize=9)
-    axes[1].legend(fontsize=8, loc="upper right")
-    fig.suptitle(_title(sweep, trials, f"{study}: perplexity vs depth; published: {source}"),
-                 fontsize=10)
+    axes[1].set_title(fitted(f"test perplexity ({missing} of {len(cells)} measured cells have "
+                             "none: stopped early by ASHA, diverged (X at top) or failed)",
+                             fig, 9, share=0.45), fontsize=9)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=2,
+               fontsize=8)
+    fig.suptitle(fitted(_title(sweep, trials, f"{study}: perplexity vs depth; published: "
+                                               f"{source}"), fig, 10), fontsize=10)
     return fig
 
 
@@ -214,10 +224,10 @@ def curves(sweep: pd.Series, trials: pd.DataFrame, exp: store.Experiment, top: i
                 f"({run['trial_id']}, {run['status']}): best {run['metrics.best_valid_loss']:.4g}")
     ax.set_xlabel("epoch")
     ax.set_ylabel(f"{metric} ({_unit(trials)})")
-    ax.legend(fontsize=7)
+    fig.legend(loc="outside lower center", fontsize=7)
     ax.grid(alpha=0.3)
-    ax.set_title(_title(sweep, trials, f"Learning curves of the top {len(best)} trials"),
-                 fontsize=10)
+    ax.set_title(fitted(_title(sweep, trials, f"Learning curves of the top {len(best)} trials"),
+                        fig, 10), fontsize=10)
     return fig
 
 
@@ -295,8 +305,8 @@ def parallel(sweep: pd.Series, trials: pd.DataFrame,
     notes = ", ".join(f"{n} {'stopped early' if s == 'stopped' else s}"
                       for s, n in counts.items())
     failed = "; failed trials not drawn" if counts.get("failed", 0) else ""
-    ax.set_title(_title(sweep, trials, f"Settings of each trial and the {metric} reached\n"
-                        f"({notes}{failed})"), fontsize=10)
+    ax.set_title(fitted(_title(sweep, trials, f"Settings of each trial and the {metric} "
+                               f"reached\n({notes}{failed})"), fig, 10), fontsize=10)
     return fig
 
 
@@ -325,7 +335,8 @@ def importance_bars(frame: pd.DataFrame) -> Figure:
         ax.grid(axis="x", alpha=0.3)
         ax.set_title(f"{arch_label(arch)} ({mine['trials'].iloc[0]} trials)", fontsize=10)
         ax.set_xlabel("importance (sums to 1)")
-    axes[-1].legend(fontsize=8, loc="lower right")
+    fig.legend(*axes[-1].get_legend_handles_labels(), loc="outside lower center",
+               ncol=len(evaluators), fontsize=8)
     return fig
 
 

@@ -117,9 +117,24 @@ def study_figure(chosen: pd.Series, trials: pd.DataFrame) -> str:
                     "ASHA, X: diverged). Settings whose loss is more than "
                     f"{plots.CLIP_MARGIN:.0%} above the best (and above the lower quartile) "
                     "are triangles at the axis' top edge, so the band near the best stays "
-                    "readable.") + \
+                    "readable." + gaps_sentence(trials)) + \
             drawn(lambda: plots.swarm(chosen, trials), "loss of each setting vs depth")
     return note("One (architecture, depth) cell: no swarm to draw; see the table.")
+
+
+def gaps_sentence(trials: pd.DataFrame) -> str:
+    """The finding's gaps to RHN at the deepest depth with their 95% intervals, as a
+    sentence ('' where there is no RHN or one depth)."""
+    if trials["params.depth"].nunique() < 2 or "rhn" not in set(trials["params.arch"]):
+        return ""
+    finding = tables.jsb_finding(trials)
+    gap = next(c for c in finding.columns if c.startswith("gap to RHN"))
+    parts = [f"{row['arch']} {row[gap]:+.3f} {row['gap: 95% interval']}"
+             + (" (excludes 0)" if row["gap excludes 0"] == "yes" else " (includes 0)")
+             for _, row in finding.iterrows() if row["arch"] != "RHN"]
+    return (f" Gaps of each architecture's best best_valid_loss to RHN's at depth "
+            f"{gap.split()[-1]}, with 95% bootstrap intervals over the settings: "
+            + "; ".join(parts) + ".") if parts else ""
 
 
 def study_table(chosen: pd.Series, trials: pd.DataFrame) -> str:
@@ -129,7 +144,9 @@ def study_table(chosen: pd.Series, trials: pd.DataFrame) -> str:
     if study == "jsb_optimization" and trials["params.depth"].nunique() > 1:
         finding = note(published.JSB_FINDING) + html_table(
             tables.jsb_finding(trials), "Measured on this sweep: each architecture's best "
-            "best_valid_loss (nats per time step) at the shallowest and deepest depth.",
+            "best_valid_loss (nats per time step) at the shallowest and deepest depth, and its "
+            "gap to the best RHN at the deepest depth with a 95% bootstrap interval over both "
+            "cells' settings (a gap is significant when its interval excludes 0).",
             "finding-table")
     else:
         finding = ""

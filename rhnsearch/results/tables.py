@@ -3,7 +3,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UserError
-from . import arch_label, arch_order, dataset_label, published, store
+from . import arch_label, arch_order, dataset_label, published, store, uncertainty
 from .export import check_out, markdown, write_frame
 
 STUDIES = ("jsb_optimization", "ptb_budget", "ptb_hsg")
@@ -29,11 +29,18 @@ def best_per_cell(trials: pd.DataFrame, key: str) -> pd.DataFrame:
     ranked = trials.assign(_bad=~ok).sort_values(["_bad", "metrics.best_valid_loss"])
     best = ranked.groupby([key, "params.depth"], sort=True).head(1)
     has_test = ok[best.index] & best["status"].eq("completed")
+    losses = trials[ok].groupby([key, "params.depth"])["metrics.best_valid_loss"]
+    intervals = [uncertainty.best_interval(losses.get_group(cell)) if cell in losses.groups
+                 else None for cell in zip(best[key], best["params.depth"])]
     return pd.DataFrame({
         "key": best[key], "depth": best["params.depth"], "width": best["params.width"],
         "params": best["params.n_params"],
         "valid": np.exp(best["metrics.best_valid_loss"]).where(ok[best.index]),
         "test": np.exp(best["metrics.test_loss"]).where(has_test),
+        "interval": [uncertainty.shown(None if b is None else tuple(np.exp(b)))
+                     for b in intervals],
+        "trials": trials.groupby([key, "params.depth"]).size().loc[
+            list(zip(best[key], best["params.depth"]))].to_numpy(),
         "status": best.apply(cell_status, axis=1)}).reset_index(drop=True)
 
 
@@ -63,11 +70,13 @@ def ptb_budget(trials: pd.DataFrame) -> pd.DataFrame:
         "units": untied["width"].fillna(tied["width"]).astype("Int64"),
         "units (paper)": pub["units"].astype("Int64"),
         "params": untied["params"].astype("Int64"),
-        f"valid ({ds})": untied["valid"], f"valid ({paper})": pub["valid"],
+        f"valid ({ds})": untied["valid"], "valid: 95% interval": untied["interval"],
+        f"valid ({paper})": pub["valid"],
         f"test ({ds})": untied["test"], f"test ({paper})": pub["test"],
         "status": untied["status"],
         "params WT": tied["params"].astype("Int64"),
-        f"valid WT ({ds})": tied["valid"], f"valid WT ({paper})": pub["valid_wt"],
+        f"valid WT ({ds})": tied["valid"], "valid WT: 95% interval": tied["interval"],
+        f"valid WT ({paper})": pub["valid_wt"],
         f"test WT ({ds})": tied["test"], f"test WT ({paper})": pub["test_wt"],
         "status WT": tied["status"]}).reset_index(drop=True)
 
@@ -83,8 +92,10 @@ def ptb_hsg(trials: pd.DataFrame) -> pd.DataFrame:
     hsg, rhn, pub = (t.reindex(depths) for t in (hsg, rhn, pub))
     return pd.DataFrame({
         "depth": depths, "width": rhn["width"].fillna(hsg["width"]).astype("Int64"),
-        f"valid w/ HSG ({ds})": hsg["valid"], f"valid w/ HSG ({paper})": pub["valid_hsg"],
-        f"valid w/o ({ds})": rhn["valid"], f"valid w/o ({paper})": pub["valid"],
+        f"valid w/ HSG ({ds})": hsg["valid"], "valid w/ HSG: 95% interval": hsg["interval"],
+        f"valid w/ HSG ({paper})": pub["valid_hsg"],
+        f"valid w/o ({ds})": rhn["valid"], "valid w/o: 95% interval": rhn["interval"],
+        f"valid w/o ({paper})": pub["valid"],
         f"test w/ HSG ({ds})": hsg["test"], f"test w/ HSG ({paper})": pub["test_hsg"],
         f"test w/o ({ds})": rhn["test"], f"test w/o ({paper})": pub["test"],
         "status w/ HSG": hsg["status"], "status w/o": rhn["status"]}).reset_index(drop=True)
@@ -103,7 +114,10 @@ def jsb_optimization(trials: pd.DataFrame, metric: str = "train_loss") -> pd.Dat
                      "completed": counts.get("completed", 0),
                      "stopped early": counts.get("stopped", 0),
                      "diverged": counts.get("diverged", 0), "failed": counts.get("failed", 0),
-                     f"best {metric}": loss.min(), f"median {metric}": loss.median()})
+                     f"best {metric}": loss.min(),
+                     "best: 95% interval": uncertainty.shown(
+                         uncertainty.best_interval(loss)),
+                     f"median {metric}": loss.median()})
     return pd.DataFrame(rows).astype(
         {"params": "Int64", "settings": "Int64", "completed": "Int64", "stopped early": "Int64",
          "diverged": "Int64", "failed": "Int64"})
@@ -112,16 +126,24 @@ def jsb_optimization(trials: pd.DataFrame, metric: str = "train_loss") -> pd.Dat
 def jsb_finding(trials: pd.DataFrame, metric: str = "best_valid_loss") -> pd.DataFrame:
     """The RHN paper's JSB finding, measured: per arch, its best METRIC at the shallowest and
     the deepest depth, the change with depth, and at the deepest depth its gap to the best
-    RHN (positive: worse than RHN)."""
+    RHN (positive: worse than RHN) with the gap's 95% bootstrap interval over the two cells'
+    settings and whether it excludes 0 (`uncertainty`)."""
     ok = trials[finished(trials, metric)]
-    best = ok.groupby(["params.arch", "params.depth"])[f"metrics.{metric}"].min().unstack()
+    losses = ok.groupby(["params.arch", "params.depth"])[f"metrics.{metric}"]
+    best = losses.min().unstack()
     shallow, deep = min(best.columns), max(best.columns)
-    rows = [{"arch": arch_label(arch), f"best at depth {shallow}": best.at[arch, shallow],
-             f"best at depth {deep}": best.at[arch, deep],
-             "change with depth": best.at[arch, deep] - best.at[arch, shallow],
-             f"gap to RHN at depth {deep}": best.at[arch, deep] - best.at["rhn", deep]
-             if "rhn" in best.index else float("nan")}
-            for arch in sorted(best.index, key=arch_order)]
+    rows = []
+    for arch in sorted(best.index, key=arch_order):
+        bounds = uncertainty.gap_interval(losses.get_group((arch, deep)), losses.get_group(
+            ("rhn", deep))) if "rhn" in best.index and arch != "rhn" else None
+        rows.append({
+            "arch": arch_label(arch), f"best at depth {shallow}": best.at[arch, shallow],
+            f"best at depth {deep}": best.at[arch, deep],
+            "change with depth": best.at[arch, deep] - best.at[arch, shallow],
+            f"gap to RHN at depth {deep}": best.at[arch, deep] - best.at["rhn", deep]
+            if "rhn" in best.index else float("nan"),
+            "gap: 95% interval": uncertainty.shown(bounds) if arch != "rhn" else "–",
+            "gap excludes 0": uncertainty.excludes_zero(bounds) if arch != "rhn" else "–"})
     return pd.DataFrame(rows)
 
 
@@ -130,10 +152,17 @@ def caption(study: str, sweep: pd.Series, trials: pd.DataFrame, metric: str) -> 
     where = f"{study}, sweep {sweep['sweep']} (preset {sweep['preset']}, {len(trials)} trials)"
     if study == "jsb_optimization":
         return (f"{where}: {metric} in nats per time step on {ds}, per architecture and "
-                "recurrence depth; diverged settings are counted, not averaged.")
+                "recurrence depth; diverged settings are counted, not averaged; the interval "
+                "is a 95% bootstrap over the cell's settings of its best.")
     source = published.RHN_PAPER if study == "ptb_budget" else published.HSG_PAPER
+    single = trials.groupby(["params.arch", "params.tied", "params.depth"]).size().max() == 1
+    spread = ("One trial per cell, so no interval: a gap between cells is of unknown "
+              "significance (--seeds N repeats each cell's setting N times)." if single else
+              "The interval is a 95% bootstrap over the cell's trials of its best valid "
+              "perplexity.")
     return (f"{where}: best-valid and test perplexity measured on {ds}, next to the published "
-            f"numbers on full PTB ({source}); test is missing for cells stopped early.")
+            f"numbers on full PTB ({source}); test is missing for cells stopped early. "
+            + spread)
 
 
 def build(study: str, trials: pd.DataFrame, metric: str = "train_loss") -> pd.DataFrame:

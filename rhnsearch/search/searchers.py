@@ -102,7 +102,10 @@ def build_search(space: Space, cells: list[str], constants: dict, search: str,
     experiment is at `experiment`. A trial's config names its cell by label (what Tune's
     progress table shows); the trainable looks the cell up."""
     if search == "random":
-        param_space = {**constants, "cell": tune.grid_search(cells),
+        first = constants.get("seed", 0)  # each setting once per seed: a grid over them
+        seeds = {"seed": tune.grid_search(list(range(first, first + space.seeds)))} \
+            if space.seeds > 1 else {}
+        param_space = {**constants, "cell": tune.grid_search(cells), **seeds,
                        **{k: tune_sampler(d) for k, d in space.params.items()}}
         # Tune ignores max_concurrent_trials beside a BasicVariantGenerator: the cap goes here
         return param_space, BasicVariantGenerator(random_state=space.seed,

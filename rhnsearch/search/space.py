@@ -84,7 +84,8 @@ class Space(Strict):
     budget: int | dict[int, int] | None = None  # parameters, per depth or for all depths
     budget_untied: bool = False                  # tied cells keep the untied cell's width
     width: int | None = Field(None, ge=1)
-    samples: int = Field(1, ge=1)                # trials per cell
+    samples: int = Field(1, ge=1)                # settings per cell
+    seeds: int = Field(1, ge=1)                  # trials per setting: seeds fixed.seed + 0..N-1
     search: Literal["random", "optuna"] = "random"
     seed: int = 0                                 # seeds the searcher: same space, same trials
     fixed: dict = {}
@@ -151,6 +152,9 @@ class Space(Strict):
         if type(epochs) is not int or epochs < 1:
             raise ValueError("fixed.epochs is required, a positive integer (the most epochs a "
                              f"trial may run), got {epochs!r}")
+        if self.seeds > 1 and self.search != "random":
+            raise ValueError("seeds repeats each setting of a random search: use search: "
+                             "random (--search random) with seeds, or seeds: 1 with optuna")
         if self.scheduler.name != "fifo" and self.scheduler.grace_period >= self.epochs:
             raise ValueError(f"scheduler.grace_period ({self.scheduler.grace_period}) must be "
                              f"below fixed.epochs ({self.epochs}) for ASHA to stop anything")
@@ -188,7 +192,7 @@ class Space(Strict):
 
     @property
     def num_trials(self) -> int:
-        return len(self.archs) * len(self.depths) * len(self.tied) * self.samples
+        return len(self.archs) * len(self.depths) * len(self.tied) * self.samples * self.seeds
 
 
 def deep_merge(base: dict, over: dict) -> dict:

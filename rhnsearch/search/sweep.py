@@ -135,6 +135,9 @@ def run_sweep(space_path, preset=None, overrides=(), address=None, search=None,
     check_writable(SWEEPS_DIR.resolve() if storage.is_uri(root) else Path(root))
     check_storage(root)
     search = search or space.search
+    if search != "random" and space.seeds > 1:
+        raise UserError(f"seeds ({space.seeds}) repeats each setting of a random search: drop "
+                        "--search optuna, or run with seeds 1")
     scheduler = scheduler or space.scheduler.name
     data_root = default_data_dir(data_dir).resolve()
     data = load_dataset(space.dataset, data_root)  # fetched on first use, before Ray starts
@@ -158,7 +161,7 @@ def run_sweep(space_path, preset=None, overrides=(), address=None, search=None,
              "overrides": list(overrides), "search": search, "scheduler": scheduler,
              "tracking_uri": uri, "experiment_id": experiment_id,
              "parent_run_id": parent.info.run_id, "data_dir": str(data_root),
-             "storage": root, "trials": len(cells) * space.samples, "cells": cells,
+             "storage": root, "trials": space.num_trials, "cells": cells,
              "space": space.model_dump(mode="json")}
     write_state(experiment_path, state)
     log_sweep_params(client, state, space)
