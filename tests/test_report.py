@@ -436,7 +436,12 @@ def drawn_outside(fig) -> list[str]:
     from matplotlib.text import Text
     FigureCanvasAgg(fig).draw()
     edge = fig.bbox.padded(1)
-    texts = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    unseen = {id(label) for ax in fig.axes for axis in (ax.xaxis, ax.yaxis)
+              for tick in axis.get_major_ticks() + axis.get_minor_ticks()
+              if not min(axis.get_view_interval()) <= tick.get_loc() <= max(
+                  axis.get_view_interval()) for label in (tick.label1, tick.label2)}
+    texts = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()
+             and id(t) not in unseen]  # matplotlib keeps, but never draws, ticks out of view
     cut = [t.get_text() for t in texts
            if not (edge.contains(*t.get_window_extent().p0)
                    and edge.contains(*t.get_window_extent().p1))]

@@ -271,10 +271,11 @@ def test_plot_errors_are_one_line(jsb_smoke, tmp_path):
 def test_ptb_budget_table_puts_measured_next_to_published(ptb_budget_smoke, tmp_path):
     text = results(ptb_budget_smoke, "table", "--study", "ptb_budget").stdout
     table = md_table(text)
-    assert list(table.columns[:8]) == [
+    assert list(table.columns[:9]) == [
         "depth", "units", "units (paper)", "params", "valid (ptb-sample)",
-        "valid (PTB, paper)", "test (ptb-sample)", "test (PTB, paper)"]
-    assert {"valid WT (ptb-sample)", "test WT (PTB, paper)", "status WT"} <= set(table.columns)
+        "valid: 95% interval", "valid (PTB, paper)", "test (ptb-sample)", "test (PTB, paper)"]
+    assert {"valid WT (ptb-sample)", "valid WT: 95% interval", "test WT (PTB, paper)",
+            "status WT"} <= set(table.columns)
     rows = table.set_index("depth")
     assert list(rows.index) == [str(d) for d in range(1, 11)]
     assert rows.loc["1", "units (paper)"] == "1275" and rows.loc["10", "test WT (PTB, paper)"] \
@@ -283,7 +284,8 @@ def test_ptb_budget_table_puts_measured_next_to_published(ptb_budget_smoke, tmp_
         wt = " WT" if run.data.params["tied"] == "True" else ""
         row = rows.loc[run.data.params["depth"]]
         assert row[f"status{wt}"].split()[0] == run.data.tags["status"]
-        if run.data.tags["status"] in ("completed", "stopped"):
+        if run.data.tags["status"] in ("completed", "stopped"):  # one trial: no interval
+            assert row[f"valid{wt}: 95% interval"] == "– (< 2 trials)"
             assert float(row[f"valid{wt} (ptb-sample)"]) == pytest.approx(
                 math.exp(run.data.metrics["best_valid_loss"]), rel=1e-3)
         if run.data.tags["status"] == "completed":
@@ -303,9 +305,10 @@ def test_ptb_budget_table_puts_measured_next_to_published(ptb_budget_smoke, tmp_
 
 def test_hsg_table_has_table_1_layout(ptb_hsg_smoke):
     table = md_table(results(ptb_hsg_smoke, "table", "--study", "ptb_hsg").stdout)
-    assert list(table.columns[2:10]) == [
-        "valid w/ HSG (ptb-sample)", "valid w/ HSG (PTB, paper)", "valid w/o (ptb-sample)",
-        "valid w/o (PTB, paper)", "test w/ HSG (ptb-sample)", "test w/ HSG (PTB, paper)",
+    assert list(table.columns[2:12]) == [
+        "valid w/ HSG (ptb-sample)", "valid w/ HSG: 95% interval", "valid w/ HSG (PTB, paper)",
+        "valid w/o (ptb-sample)", "valid w/o: 95% interval", "valid w/o (PTB, paper)",
+        "test w/ HSG (ptb-sample)", "test w/ HSG (PTB, paper)",
         "test w/o (ptb-sample)", "test w/o (PTB, paper)"]
     assert list(table["depth"]) == ["10", "20", "30", "40"]
     assert list(table["valid w/ HSG (PTB, paper)"]) == ["67.5", "65.6", "64.8", "64.7"]

@@ -131,11 +131,12 @@ def jsb_finding(trials: pd.DataFrame, metric: str = "best_valid_loss") -> pd.Dat
     ok = trials[finished(trials, metric)]
     losses = ok.groupby(["params.arch", "params.depth"])[f"metrics.{metric}"]
     best = losses.min().unstack()
+    cell = dict(list(losses))  # a cell with no finished setting has no losses: no interval
     shallow, deep = min(best.columns), max(best.columns)
     rows = []
     for arch in sorted(best.index, key=arch_order):
-        bounds = uncertainty.gap_interval(losses.get_group((arch, deep)), losses.get_group(
-            ("rhn", deep))) if "rhn" in best.index and arch != "rhn" else None
+        bounds = uncertainty.gap_interval(cell.get((arch, deep), []), cell.get(
+            ("rhn", deep), [])) if "rhn" in best.index and arch != "rhn" else None
         rows.append({
             "arch": arch_label(arch), f"best at depth {shallow}": best.at[arch, shallow],
             f"best at depth {deep}": best.at[arch, deep],

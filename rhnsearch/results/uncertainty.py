@@ -54,7 +54,7 @@ def gap_interval(losses, reference) -> tuple[float, float] | None:
 def shown(bounds: tuple[float, float] | None, digits: int = 4) -> str:
     """An interval as [low, high], or a dash where there is none."""
     if bounds is None:
-        return "– (1 trial)"
+        return "– (< 2 trials)"
     return f"[{bounds[0]:.{digits}g}, {bounds[1]:.{digits}g}]"
 
 
