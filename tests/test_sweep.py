@@ -5,6 +5,7 @@ import json
 import math
 import os
 import secrets
+import shlex
 import signal
 import subprocess
 import sys
@@ -174,7 +175,10 @@ def test_driver_killed_then_resume_finishes_without_rerunning(tmp_path, data_dir
     the finished trials' runs as they were, stops again every trial the scheduler had
     stopped (its rungs are in the storage) and closes the same parent run."""
     name = "killed"
-    sweep = sweeps(tmp_path, name, data_dir, "--set", "depths=[1,2]")
+    # Tune's own save period: at every step, its save rewrites the file that the previous
+    # step's upload may still be copying, and a kill then can leave it empty in the storage
+    sweep = sweeps(tmp_path, name, data_dir, "--set", "depths=[1,2]",
+                   env={"TUNE_GLOBAL_CHECKPOINT_S": "auto"})
     uri = f"sqlite:///{tmp_path / 'results/mlflow.db'}"
     scheduler_state = tmp_path / "results" / "sweeps" / name / "scheduler" / "state.json"
     finished = {}
@@ -265,9 +269,10 @@ def test_submit_to_a_two_node_cluster_behind_a_login(tmp_path, data_dir):
                                                     secrets.token_hex(12)}}
         subprocess.run([str(Path(sys.executable).with_name("ray")), "job", "submit",
                         "--address", dashboard, "--submission-id", "rhnsearch-refused",
-                        "--runtime-env-json", json.dumps(wrong), "--", jobs.entrypoint(
-                            "spaces/jsb_optimization.yaml", "refused", uri, str(storage),
-                            {"preset": "smoke", "data_dir": data_dir})],
+                        "--runtime-env-json", json.dumps(wrong), "--", *shlex.split(
+                            jobs.entrypoint("spaces/jsb_optimization.yaml", "refused", uri,
+                                            str(storage), {"preset": "smoke",
+                                                           "data_dir": data_dir}))],
                        cwd=ROOT, env={**os.environ, **env}, capture_output=True, timeout=300)
         assert "FAILED" in rhnsearch_cli("sweep", "status", "rhnsearch-refused", "--address",
                                          dashboard, cwd=ROOT, env=env).stdout

@@ -41,7 +41,7 @@ def entrypoint(space: str, name: str, uri: str, storage_path: str, options: dict
            "--name", name, "--tracking-uri", uri, "--storage-path", storage_path]
     for flag, value in options.items():
         if value is not None:
-            cmd += [f"--{flag.replace('_', '-')}", value]
+            cmd += [f"--{flag.replace('_', '-')}", str(value)]
     for override in overrides:
         cmd += ["--set", override]
     return shlex.join(cmd)
