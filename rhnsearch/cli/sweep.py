@@ -83,6 +83,27 @@ def add_sweep(sub):
                        "cache): word widths are solved for its vocabulary if it is there")
     check.set_defaults(run=cmd_check)
 
+    plan = ssub.add_parser("plan", help="what a sweep will cost, before it runs",
+                           description="Time a few training and validation batches of every "
+                           "cell on this machine's device and print, per cell and in total, "
+                           "seconds per epoch, the trial-epochs FIFO would run and those the "
+                           "space's scheduler is expected to run, device-hours and the wall "
+                           "time on N devices.")
+    plan.add_argument("space", help=SPACE_HELP)
+    plan.add_argument("--preset", help="a preset of the space")
+    plan.add_argument("--set", dest="overrides", action="append", default=[],
+                      metavar="KEY=VALUE", help="override a space field")
+    plan.add_argument("--scheduler", choices=["cell_asha", "asha", "fifo"],
+                      help="default: the space's")
+    plan.add_argument("--data-dir", help="data dir (default: $RHNSEARCH_DATA_DIR or user cache)")
+    devices = plan.add_mutually_exclusive_group()
+    devices.add_argument("--gpus", type=int, metavar="N", help="GPUs the sweep will have")
+    devices.add_argument("--cpus", type=int, metavar="N",
+                         help="CPU cores the sweep will have (default: this machine's, for a "
+                         "space of CPU trials)")
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    plan.set_defaults(run=cmd_plan)
+
     submit = ssub.add_parser("submit", help="submit a sweep as a Ray Job",
                              description="Submit the sweep to a Ray cluster through the "
                              "Jobs API (entrypoint and runtime_env from jobs/).")
@@ -171,6 +192,50 @@ def cmd_check(args):
     for cell in space.cells(len(getattr(data, "vocab", ())) or 10000).values():
         print(f"  {cell['arch']:>7} depth {cell['depth']:>2} tied {str(cell['tied']):5} "
               f"width {cell['width']:>5} params {cell['params']:>11,}")
+
+
+def cmd_plan(args):
+    import os
+
+    import torch
+
+    from ..search.plan import plan, wall_seconds
+    from ..search.space import load_space
+    from .output import print_json
+    space = load_space(args.space, args.preset, args.overrides)
+    on_gpu = args.gpus is not None or (args.cpus is None and space.resources.gpu > 0)
+    per_trial = space.resources.gpu if on_gpu else space.resources.cpu
+    if per_trial <= 0:
+        raise UserError("the space's trials ask for no GPU (resources.gpu is 0): plan with "
+                        "--cpus N, or --set resources.gpu=1")
+    devices = (args.gpus or max(1, torch.cuda.device_count())) if on_gpu else (
+        args.cpus or os.cpu_count())
+    where = (f"cuda ({torch.cuda.get_device_name()})" if torch.cuda.is_available() else
+             f"cpu ({torch.get_num_threads()} threads available, "
+             f"{max(1, int(space.resources.cpu))} a trial)")
+    print(f"{space.study}: timing each cell on {where}", file=sys.stderr)
+    rows = plan(space, args.scheduler, args.data_dir,
+                on_progress=lambda cell: print(f"  timing {cell}", file=sys.stderr))
+    unit = "GPU" if on_gpu else "CPU"
+    total = sum(row.seconds for row in rows)
+    wall = wall_seconds(rows, int(devices // per_trial))
+    if args.json:
+        print_json({"study": space.study, "timed_on": where, "devices": devices, "unit": unit,
+                    "per_trial": per_trial, "cells": [
+                        {**vars(row), "seconds": row.seconds} for row in rows],
+                    "trial_seconds": total, "device_hours": total * per_trial / 3600,
+                    "wall_seconds": wall})
+        return
+    print(f"{'cell':<18} {'params':>11} {'s/epoch':>8} {'FIFO trial-epochs':>17} "
+          f"{(args.scheduler or space.scheduler.name) + ' (expected)':>20} {'hours':>7}")
+    for row in rows:
+        print(f"{row.cell:<18} {row.params:>11,} {row.epoch_seconds:>8.2f} "
+              f"{row.fifo_epochs:>17,} {row.expected_epochs:>20,.0f} {row.seconds / 3600:>7.2f}")
+    print(f"total: {sum(r.fifo_epochs for r in rows):,} trial-epochs under FIFO, "
+          f"{sum(r.expected_epochs for r in rows):,.0f} expected; {total / 3600:.2f} hours of "
+          f"trials, {total * per_trial / 3600:.2f} {unit}-hours; wall about "
+          f"{wall / 3600:.2f} h on {devices:g} {unit}s ({per_trial:g} a trial), timed on "
+          f"{where}")
 
 
 def cmd_submit(args):

@@ -1,0 +1,150 @@
+"""What a sweep will cost, before it runs: each cell's seconds per epoch, timed here (a few
+training and validation batches of the cell's model on this machine's device), times the
+trial-epochs the cell runs: every epoch of every trial under FIFO, and under ASHA the epochs
+its rungs are expected to keep, found by replaying the scheduler's own rule on simulated
+trials."""
+import dataclasses
+import heapq
+import math
+import time
+
+import numpy as np
+from ray.tune.schedulers import TrialScheduler
+
+from ..data import load_dataset
+from ..tasks import get_task
+from ..train import Trainer, TrialConfig
+from .scheduler import CellASHAScheduler
+from .space import Space
+
+TIMED_BATCHES = 20  # batches of each split timed per cell, after the same ones to warm up
+# How well a trial's loss at one rung predicts its rank at the next: the JSB cpu study's
+# best-valid losses are rank-correlated 0.83-0.92 between its rungs (epochs 2, 6, 18, 40).
+RUNG_CORRELATION = 0.85
+
+
+@dataclasses.dataclass
+class CellPlan:
+    cell: str
+    params: int
+    epoch_seconds: float
+    fifo_epochs: int         # trial-epochs of the cell's trials run to the end
+    expected_epochs: float   # trial-epochs under the space's scheduler
+    trials: int
+
+    @property
+    def seconds(self) -> float:
+        return self.epoch_seconds * self.expected_epochs
+
+
+def typical(distribution) -> object:
+    """A value of a sampled setting to time with: the middle of a range, a choice's first."""
+    kind = distribution.kind
+    low_high = getattr(distribution, kind)
+    if kind == "choice":
+        return low_high[0]
+    if kind == "loguniform":
+        return math.sqrt(low_high[0] * low_high[1])
+    middle = (low_high[0] + low_high[1]) / 2
+    return round(middle) if kind == "randint" else middle
+
+
+def kept_fractions(trials: int, milestones: list[float], reduction_factor: float,
+                   draws: int = 400, seed: int = 0) -> list[float]:
+    """The expected share of a cell's TRIALS that go on past each rung under ASHA: the
+    scheduler's own rule replayed on trials that reach every rung in the order they started,
+    each with a loss whose rank carries from rung to rung with correlation RUNG_CORRELATION."""
+    judge = CellASHAScheduler(max_t=2, reduction_factor=reduction_factor, mode="min").judge
+    rng = np.random.default_rng(seed)
+    noise = math.sqrt(1 - RUNG_CORRELATION ** 2)
+    kept = np.zeros(len(milestones))
+    for _ in range(draws):
+        quality, alive = rng.standard_normal(trials), range(trials)
+        for k in range(len(milestones)):
+            loss = RUNG_CORRELATION * quality + noise * rng.standard_normal(trials)
+            recorded, going_on = [], []
+            for trial in alive:
+                if judge(recorded, loss[trial]) != TrialScheduler.STOP:
+                    going_on.append(trial)
+                recorded.append(loss[trial])
+            alive = going_on
+            kept[k] += len(alive)
+    return list(kept / draws / trials)
+
+
+def expected_epochs(space: Space, scheduler: str, trials: int) -> float:
+    """Trial-epochs that TRIALS trials compared together run under SCHEDULER."""
+    epochs = space.epochs
+    if scheduler == "fifo":
+        return float(trials * epochs)
+    s = space.scheduler
+    milestones = CellASHAScheduler(max_t=epochs, grace_period=s.grace_period,
+                                   reduction_factor=s.reduction_factor).milestones
+    ends = [*milestones[1:], epochs]
+    kept = kept_fractions(trials, milestones, s.reduction_factor)
+    return trials * (milestones[0] + sum(f * (end - m) for f, m, end in
+                                         zip(kept, milestones, ends)))
+
+
+def leading(data, train: float, valid: float):
+    """DATA with its training and validation splits cut to their leading shares TRAIN and
+    VALID."""
+    def cut(split, share):
+        return split[:max(1, math.ceil(len(split) * min(1.0, share)))]
+    return dataclasses.replace(data, train=cut(data.train, train), valid=cut(data.valid, valid))
+
+
+def epoch_seconds(config: TrialConfig, data) -> float:
+    """Seconds of one epoch of CONFIG (training, then validation) on its device, from a few
+    timed batches of each split scaled to the epoch's batch counts."""
+    def batches(data, split):
+        return sum(1 for _ in get_task(config.task).batches(
+            data.split(split), config.batch_size, config.bptt, None, "cpu"))
+    epoch = leading(data, config.train_fraction, 1.0)  # what a trial trains and validates on
+    counts = {split: batches(epoch, split) for split in ("train", "valid")}
+    timed = leading(epoch, *((TIMED_BATCHES + 1) / max(1, counts[split])
+                             for split in ("train", "valid")))
+    trainer = Trainer(dataclasses.replace(config, train_fraction=1.0), timed)
+    trainer.train_epoch()  # warm-up (allocations, kernels), not timed
+    start = time.perf_counter()
+    steps = trainer.train_epoch()[2]  # fewer than its batches where the loss diverged
+    train = (time.perf_counter() - start) / max(1, steps)
+    trainer.evaluate("valid")
+    start = time.perf_counter()
+    trainer.evaluate("valid")
+    valid = (time.perf_counter() - start) / max(1, batches(timed, "valid"))
+    return train * counts["train"] + valid * counts["valid"]
+
+
+def plan(space: Space, scheduler: str | None = None, data_dir=None, on_progress=None) \
+        -> list[CellPlan]:
+    """The cost of each cell of SPACE (its scheduler, or SCHEDULER); ON_PROGRESS(cell) is
+    called as each cell is timed."""
+    scheduler = scheduler or space.scheduler.name
+    data = load_dataset(space.dataset, data_dir)
+    per_cell = space.samples * space.seeds
+    cells = space.cells(len(getattr(data, "vocab", ())) or 10000)
+    compared = per_cell * (1 if scheduler == "cell_asha" else len(cells))
+    share = expected_epochs(space, scheduler, compared) / compared  # epochs a trial, expected
+    constants = {**space.fixed, **{k: typical(d) for k, d in space.params.items()},
+                 "dataset": space.dataset, "threads": max(1, int(space.resources.cpu))}
+    rows = []
+    for label, cell in cells.items():
+        if on_progress:
+            on_progress(label)
+        config = TrialConfig.from_dict({**constants, **cell})
+        rows.append(CellPlan(label, cell["params"], epoch_seconds(config, data),
+                             per_cell * space.epochs, per_cell * share, per_cell))
+    return rows
+
+
+def wall_seconds(rows: list[CellPlan], slots: int) -> float:
+    """The sweep's wall time with SLOTS trials at once: its trials, in the order the searcher
+    gives them (a setting of each cell in turn), each taking its expected time, given to the
+    first free slot."""
+    free = [0.0] * max(1, slots)
+    for trial in range(max(row.trials for row in rows)):
+        for row in rows:
+            if trial < row.trials:
+                heapq.heappush(free, heapq.heappop(free) + row.seconds / row.trials)
+    return max(free)

@@ -1,0 +1,55 @@
+"""`rhnsearch sweep plan`: the expected trial-epochs of ASHA checked against hand-computed
+cases, and the plan of a real space timed on the real JSB data."""
+import json
+
+import pytest
+
+from conftest import JSB_SPACE, rhnsearch_main
+from rhnsearch.search.plan import expected_epochs, kept_fractions, wall_seconds, CellPlan
+from rhnsearch.search.space import load_space
+
+
+def test_asha_keeps_the_only_trial_and_half_of_two():
+    """One trial is always kept (it is the first at each rung); of two, the second goes on
+    when it is better than the first, half of the time: 3 of 4 trials go on."""
+    assert kept_fractions(1, [2, 6], 3) == [1.0, 1.0]
+    assert kept_fractions(2, [2], 3)[0] == pytest.approx(0.75, abs=0.03)
+
+
+def test_expected_epochs_follow_the_rungs():
+    space = load_space(JSB_SPACE, "cpu")  # 40 epochs, rungs at 2, 6 and 18
+    assert expected_epochs(space, "fifo", 10) == 400
+    kept = kept_fractions(10, [2, 6, 18], 3)
+    assert 0 < kept[2] < kept[1] < kept[0] < 1
+    assert expected_epochs(space, "cell_asha", 10) == pytest.approx(
+        10 * (2 + kept[0] * 4 + kept[1] * 12 + kept[2] * 22))
+
+
+def test_wall_time_gives_each_trial_to_the_first_free_slot():
+    rows = [CellPlan("a", 1, 10.0, 2, 2, 2), CellPlan("b", 1, 30.0, 1, 1, 1)]  # 10+10, 30
+    assert wall_seconds(rows, 1) == 50
+    assert wall_seconds(rows, 2) == 30  # a1 | b, then a2 after a1
+    assert wall_seconds(rows, 8) == 30
+
+
+def test_plan_of_the_jsb_smoke_preset(tmp_path, data_dir):
+    proc = rhnsearch_main("sweep", "plan", JSB_SPACE, "--preset", "smoke", "--data-dir",
+                          data_dir, "--cpus", "2", "--json", cwd=tmp_path)
+    plan = json.loads(proc.stdout)
+    space = load_space(JSB_SPACE, "smoke")
+    assert [c["cell"] for c in plan["cells"]] == list(space.cells())
+    for cell in plan["cells"]:
+        assert cell["epoch_seconds"] > 0
+        assert cell["fifo_epochs"] == space.samples * space.epochs
+        assert cell["expected_epochs"] < cell["fifo_epochs"]  # ASHA stops some
+    assert plan["trial_seconds"] == pytest.approx(sum(c["seconds"] for c in plan["cells"]))
+    # two 1-CPU trials at once: about half the trials' time, never less
+    assert plan["trial_seconds"] / 2 <= plan["wall_seconds"] < plan["trial_seconds"]
+    assert "timing rhn d1" in proc.stderr
+
+
+def test_plan_on_gpus_for_a_space_of_cpu_trials_is_one_line(tmp_path, data_dir):
+    proc = rhnsearch_main("sweep", "plan", JSB_SPACE, "--preset", "smoke", "--gpus", "4",
+                          "--data-dir", data_dir, cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert "resources.gpu is 0" in proc.stderr
