@@ -189,7 +189,7 @@ def cmd_check(args):
         data = None
         print(f"  ({space.dataset} is not in the data dir: word widths are solved for a "
               "10,000-word vocabulary; a sweep solves them for the data's own)")
-    for cell in space.cells(len(getattr(data, "vocab", ())) or 10000).values():
+    for cell in space.cells_for(data).values():
         print(f"  {cell['arch']:>7} depth {cell['depth']:>2} tied {str(cell['tied']):5} "
               f"width {cell['width']:>5} params {cell['params']:>11,}")
 
@@ -199,7 +199,7 @@ def cmd_plan(args):
 
     import torch
 
-    from ..search.plan import plan, wall_seconds
+    from ..search.plan import plan, timed_on, totals
     from ..search.space import load_space
     from .output import print_json
     space = load_space(args.space, args.preset, args.overrides)
@@ -210,21 +210,16 @@ def cmd_plan(args):
                         "--cpus N, or --set resources.gpu=1")
     devices = (args.gpus or max(1, torch.cuda.device_count())) if on_gpu else (
         args.cpus or os.cpu_count())
-    where = (f"cuda ({torch.cuda.get_device_name()})" if torch.cuda.is_available() else
-             f"cpu ({torch.get_num_threads()} threads available, "
-             f"{max(1, int(space.resources.cpu))} a trial)")
+    where = timed_on(space)
     print(f"{space.study}: timing each cell on {where}", file=sys.stderr)
     rows = plan(space, args.scheduler, args.data_dir,
                 on_progress=lambda cell: print(f"  timing {cell}", file=sys.stderr))
     unit = "GPU" if on_gpu else "CPU"
-    total = sum(row.seconds for row in rows)
-    wall = wall_seconds(rows, int(devices // per_trial))
+    total = totals(rows, per_trial, devices)
     if args.json:
         print_json({"study": space.study, "timed_on": where, "devices": devices, "unit": unit,
                     "per_trial": per_trial, "cells": [
-                        {**vars(row), "seconds": row.seconds} for row in rows],
-                    "trial_seconds": total, "device_hours": total * per_trial / 3600,
-                    "wall_seconds": wall})
+                        {**vars(row), "seconds": row.seconds} for row in rows], **total})
         return
     print(f"{'cell':<18} {'params':>11} {'s/epoch':>8} {'FIFO trial-epochs':>17} "
           f"{(args.scheduler or space.scheduler.name) + ' (expected)':>20} {'hours':>7}")
@@ -232,10 +227,10 @@ def cmd_plan(args):
         print(f"{row.cell:<18} {row.params:>11,} {row.epoch_seconds:>8.2f} "
               f"{row.fifo_epochs:>17,} {row.expected_epochs:>20,.0f} {row.seconds / 3600:>7.2f}")
     print(f"total: {sum(r.fifo_epochs for r in rows):,} trial-epochs under FIFO, "
-          f"{sum(r.expected_epochs for r in rows):,.0f} expected; {total / 3600:.2f} hours of "
-          f"trials, {total * per_trial / 3600:.2f} {unit}-hours; wall about "
-          f"{wall / 3600:.2f} h on {devices:g} {unit}s ({per_trial:g} a trial), timed on "
-          f"{where}")
+          f"{sum(r.expected_epochs for r in rows):,.0f} expected; "
+          f"{total['trial_seconds'] / 3600:.2f} hours of trials, {total['device_hours']:.2f} "
+          f"{unit}-hours; wall about {total['wall_seconds'] / 3600:.2f} h on {devices:g} "
+          f"{unit}s ({per_trial:g} a trial), timed on {where}")
 
 
 def cmd_submit(args):

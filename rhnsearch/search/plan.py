@@ -9,6 +9,7 @@ import math
 import time
 
 import numpy as np
+import torch
 from ray.tune.schedulers import TrialScheduler
 
 from ..data import load_dataset
@@ -123,11 +124,11 @@ def plan(space: Space, scheduler: str | None = None, data_dir=None, on_progress=
     scheduler = scheduler or space.scheduler.name
     data = load_dataset(space.dataset, data_dir)
     per_cell = space.samples * space.seeds
-    cells = space.cells(len(getattr(data, "vocab", ())) or 10000)
+    cells = space.cells_for(data)
     compared = per_cell * (1 if scheduler == "cell_asha" else len(cells))
     share = expected_epochs(space, scheduler, compared) / compared  # epochs a trial, expected
     constants = {**space.fixed, **{k: typical(d) for k, d in space.params.items()},
-                 "dataset": space.dataset, "threads": max(1, int(space.resources.cpu))}
+                 "dataset": space.dataset, "threads": space.threads}
     rows = []
     for label, cell in cells.items():
         if on_progress:
@@ -136,6 +137,21 @@ def plan(space: Space, scheduler: str | None = None, data_dir=None, on_progress=
         rows.append(CellPlan(label, cell["params"], epoch_seconds(config, data),
                              per_cell * space.epochs, per_cell * share, per_cell))
     return rows
+
+
+def timed_on(space: Space) -> str:
+    """The device the plan times SPACE's cells on, in words."""
+    if torch.cuda.is_available():
+        return f"cuda ({torch.cuda.get_device_name()})"
+    return f"cpu ({torch.get_num_threads()} threads available, {space.threads} a trial)"
+
+
+def totals(rows: list[CellPlan], per_trial: float, devices: float) -> dict:
+    """The sweep's trial-seconds, device-hours (PER_TRIAL devices a trial) and wall seconds on
+    DEVICES devices."""
+    seconds = sum(row.seconds for row in rows)
+    return {"trial_seconds": seconds, "device_hours": seconds * per_trial / 3600,
+            "wall_seconds": wall_seconds(rows, int(devices // per_trial))}
 
 
 def wall_seconds(rows: list[CellPlan], slots: int) -> float:

@@ -168,6 +168,16 @@ class Space(Strict):
     def task(self) -> str:
         return DATASETS[self.dataset]
 
+    @property
+    def threads(self) -> int:
+        """The torch threads of one trial: its CPUs, at least one."""
+        return max(1, int(self.resources.cpu))
+
+    def cells_for(self, data) -> dict[str, dict]:
+        """The cells, word widths solved for DATA's vocabulary (a 10,000-word one where DATA
+        has none or is None)."""
+        return self.cells(len(getattr(data, "vocab", ())) or 10000)
+
     def cells(self, vocab_size: int = 10000) -> dict[str, dict]:
         """The (arch, depth, tied) cells, by label ("rhn d4 w830", "... WT" when tied): dicts
         of arch, depth, tied, width, params."""

@@ -143,7 +143,7 @@ def run_sweep(space_path, preset=None, overrides=(), address=None, search=None,
     data = load_dataset(space.dataset, data_root)  # fetched on first use, before Ray starts
     uri = resolve_tracking_uri(tracking_uri)  # makes the sqlite store: after every check
     check_store(uri)                          # of the user's input
-    cells = space.cells(len(getattr(data, "vocab", ())) or 10000)
+    cells = space.cells_for(data)
     name = name or f"{space.study}-{preset or 'base'}-{datetime.now():%Y%m%d-%H%M%S}"
     experiment_path = storage.join(root, name)
     if storage.exists(experiment_path):
@@ -188,7 +188,7 @@ def build_tuner(space: Space, state: dict, experiment_path: str, function=run_tr
     """The Tuner of a new sweep: its searcher, scheduler, MLflow callback and storage; its
     trials run FUNCTION (`run_trial`; benchmarks/driver_load.py gives one that only reports)."""
     name, cells = state["name"], state["cells"]
-    constants = {"threads": max(1, int(space.resources.cpu)), **space.fixed,
+    constants = {"threads": space.threads, **space.fixed,
                  "dataset": space.dataset, "data_dir": state["data_dir"],
                  "preset": state["preset"] or "base", "study": space.study}
     param_space, search_alg, num_samples = build_search(space, list(cells), constants,
