@@ -4,6 +4,7 @@ of a sweep (or until its end), and a results dir that is read-only, full or not 
 import itertools
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -32,6 +33,13 @@ def child_runs(uri: str) -> list:
     if experiment is None:
         return []
     return client.search_runs([experiment.experiment_id], "tags.kind = 'trial'")
+
+
+def driver_lines(stderr: str) -> str:
+    """The driver's own stderr, without the lines Ray forwards from trial workers (a worker
+    Ray stops at the end may print its SIGTERM as a traceback: Ray's shutdown, not ours)."""
+    return "\n".join(line for line in stderr.splitlines()
+                     if not re.match(r"(\x1b\[\d+m)?\(\w+ pid=\d+", line))
 
 
 def assert_full_histories(client: MlflowClient, run, epochs: int):
@@ -503,7 +511,7 @@ def test_mlflow_down_to_the_end_then_resume_elsewhere_sends_what_was_kept(
     mlflow_srv.kill()
 
     code, summary, err = sweep.wait()
-    assert code == 2 and "Traceback" not in err, err[-3000:]
+    assert code == 2 and "Traceback" not in driver_lines(err), err[-3000:]
     key = "sweeps/mlflow-gone/mlflow_pending.jsonl"
     assert key in s3_server.keys(bucket)
     assert f"saved in s3://{bucket}/{key}?" in err
@@ -564,37 +572,33 @@ def test_driver_killed_while_mlflow_is_down_loses_no_record(mlflow_srv, tmp_path
 def test_a_silent_tracking_server_does_not_stall_the_sweep(mlflow_srv, tmp_path, data_dir,
                                                           sweeps):
     """The tracking server goes silent mid-sweep (connections accepted, nothing answered)
-    for 12 s, then answers what it held: the trials phase takes about as long as against
-    a healthy server, every record arrives once, each trial has one run, both sweeps close."""
+    for 12 s, then answers what it held: the trials keep training and reporting to Tune
+    while it is silent, every record arrives once, each trial has one run, the sweep closes."""
     relay = Relay(mlflow_srv.port)
-    uri = f"http://127.0.0.1:{relay.port}"
-    two_archs = ["--set", "archs=[rhn, dtrnn]"]  # 16 trials
-    healthy = rhnsearch_cli("sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir",
-                            data_dir, "--tracking-uri", uri, "--name", "healthy", "--json",
-                            *two_archs, cwd=tmp_path, timeout=600)
-    healthy = json_summary(healthy)
-    sweep = sweeps(tmp_path, "silent", data_dir, "--tracking-uri", uri, *two_archs)
-    wait_until(lambda: len(child_runs(mlflow_srv.uri)) > 16, "the second sweep's first run")
+    sweep = sweeps(tmp_path, "silent", data_dir, "--tracking-uri",
+                   f"http://127.0.0.1:{relay.port}", "--set", "archs=[rhn, dtrnn]")  # 16 trials
+    wait_until(lambda: child_runs(mlflow_srv.uri), "the sweep's first run")
+
+    def results() -> int:
+        return sum(len(rows) for rows in sweep.results().values())
     relay.hold()
+    before = results()
     time.sleep(12)
+    during = results() - before
     assert sweep.proc.poll() is None, "the sweep ended while the server was silent"
     relay.release()
-    code, silent, err = sweep.wait()
-    assert code == 0 and silent and silent["complete"], err[-3000:]
-    ratio = silent["trials_seconds"] / healthy["trials_seconds"]
-    assert ratio <= 1.25, (silent["trials_seconds"], healthy["trials_seconds"])
+    assert during >= 10, (before, during)  # unstalled, 2 CPUs log about 6 a second here
+    code, summary, err = sweep.wait()
+    assert code == 0 and summary and summary["complete"], err[-3000:]
     client = MlflowClient(mlflow_srv.uri)
     experiment = client.get_experiment_by_name("jsb_optimization").experiment_id
-    for summary in (healthy, silent):
-        (parent,) = client.search_runs([experiment], f"tags.sweep = '{summary['name']}' and "
-                                       "tags.kind = 'sweep'")
-        assert parent.info.status == "FINISHED"
-        runs = client.search_runs([experiment], "tags.mlflow.parentRunId = "
-                                  f"'{parent.info.run_id}'")
-        check_child_runs(client, runs, 16)  # one run per trial
-        for run in runs:
-            steps = [m.step for m in client.get_metric_history(run.info.run_id, "valid_loss")]
-            assert steps == list(range(1, int(run.data.metrics["epoch"]) + 1)), steps
+    (parent,) = client.search_runs([experiment], "tags.kind = 'sweep'")
+    assert parent.info.status == "FINISHED"
+    runs = client.search_runs([experiment], f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+    check_child_runs(client, runs, 16)  # one run per trial
+    for run in runs:
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, "valid_loss")]
+        assert steps == list(range(1, int(run.data.metrics["epoch"]) + 1)), steps
 
 
 def test_trials_on_fake_gpus_are_placed_and_refused_without_cuda(tmp_path, data_dir):
