@@ -198,6 +198,10 @@ def test_ptb_reports_hold_the_published_numbers(pages):
     assert rows[0]["units (paper)"] == "1275" and rows[9]["test WT (PTB, paper)"] == "66"
     assert published.RHN_PAPER in html.unescape(pages["ptb_budget"].read_text())
 
+    rows = Page(pages["ptb_budget"].read_text()).table_rows("finding-table")
+    assert len(rows) > 10 and "gap to depth 1 (nats)" in rows[0]
+    assert all(r["gap: 95% interval"].startswith("–") for r in rows)  # one trial per cell
+
     rows = Page(pages["ptb_hsg"].read_text()).table_rows("study-table")
     assert [float(r["valid w/ HSG (PTB, paper)"]) for r in rows] == [67.5, 65.6, 64.8, 64.7]
     assert [float(r["test w/o (PTB, paper)"]) for r in rows] == list(published.PTB_HSG["test"])

@@ -385,6 +385,25 @@ def test_bootstrap_intervals_match_hand_computed_ones():
     assert uncertainty.shown(None).startswith("–")
 
 
+def test_the_depth_finding_gaps_each_depth_to_the_shallowest_by_hand():
+    from rhnsearch.results import tables
+    rows = [(1, 5.0), (1, 7.0), (4, 1.0), (4, 3.0), (8, 6.0)]
+    trials = pd.DataFrame([{"params.tied": True, "params.depth": d, "status": "completed",
+                            "metrics.best_valid_loss": loss} for d, loss in rows]
+                          + [{"params.tied": True, "params.depth": 8, "status": "diverged",
+                              "metrics.best_valid_loss": np.nan}])
+    finding = tables.depth_finding(trials).set_index("depth")
+    assert list(finding["trials"]) == [2, 2, 1]  # the diverged trial is not a setting's best
+    assert finding.at[4, "best valid perplexity"] == pytest.approx(np.e)
+    # best 1.0 - best 5.0; draws of one setting each: gaps -6, -4 or -2
+    assert finding.at[4, "gap to depth 1 (nats)"] == -4.0
+    assert finding.at[4, "gap: 95% interval"] == "[-6, -2]"
+    assert finding.at[4, "gap excludes 0"] == "yes"
+    assert finding.at[8, "gap to depth 1 (nats)"] == 1.0
+    assert finding.at[8, "gap: 95% interval"].startswith("–")  # one trial: no interval
+    assert finding.at[1, "gap: 95% interval"] == "–"
+
+
 def noise_study(rng, shift: float) -> pd.DataFrame:
     """The trials of a JSB-like study: 3 archs x depths 1 and 6 x 10 settings, every loss
     drawn from one normal distribution, DT-RNN's at depth 6 moved by SHIFT."""

@@ -148,6 +148,13 @@ def study_table(chosen: pd.Series, trials: pd.DataFrame) -> str:
             "gap to the best RHN at the deepest depth with a 95% bootstrap interval over both "
             "cells' settings (a gap is significant when its interval excludes 0).",
             "finding-table")
+    elif study == "ptb_budget" and trials["params.depth"].nunique() > 1:
+        finding = note(published.PTB_BUDGET_FINDING) + html_table(
+            tables.depth_finding(trials), "Measured on this sweep: each depth's best valid "
+            "perplexity and the gap of its best best_valid_loss (nats per word; negative: "
+            "better than the shallowest depth) with a 95% bootstrap interval over both cells' "
+            "trials (a gap is significant when its interval excludes 0; a cell of one trial "
+            "has none).", "finding-table")
     else:
         finding = ""
     if study in tables.STUDIES:

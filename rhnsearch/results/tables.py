@@ -148,6 +148,29 @@ def jsb_finding(trials: pd.DataFrame, metric: str = "best_valid_loss") -> pd.Dat
     return pd.DataFrame(rows)
 
 
+def depth_finding(trials: pd.DataFrame) -> pd.DataFrame:
+    """The RHN paper's PTB finding, measured: per (tied, depth) cell, its best valid
+    perplexity and the gap of its best best_valid_loss (nats per word) to the shallowest
+    depth's (negative: deeper is better), with the gap's 95% bootstrap interval over both
+    cells' trials and whether it excludes 0 (`uncertainty`)."""
+    ok = trials[finished(trials, "best_valid_loss")]
+    cell = dict(list(ok.groupby(["params.tied", "params.depth"])["metrics.best_valid_loss"]))
+    shallow = min(trials["params.depth"])
+    rows = []
+    for tied, depth in sorted(cell):
+        losses, reference = cell[(tied, depth)], cell.get((tied, shallow), pd.Series([]))
+        bounds = uncertainty.gap_interval(losses, reference) if len(reference) else None
+        gap = losses.min() - reference.min() if len(reference) else float("nan")
+        rows.append({"tied": bool(tied), "depth": int(depth), "trials": len(losses),
+                     "best valid perplexity": float(np.exp(losses.min())),
+                     f"gap to depth {shallow} (nats)": gap,
+                     "gap: 95% interval": uncertainty.shown(bounds) if depth != shallow
+                     else "–",
+                     "gap excludes 0": uncertainty.excludes_zero(bounds) if depth != shallow
+                     else "–"})
+    return pd.DataFrame(rows)
+
+
 def caption(study: str, sweep: pd.Series, trials: pd.DataFrame, metric: str) -> str:
     ds = sweep_dataset(trials)
     where = f"{study}, sweep {sweep['sweep']} (preset {sweep['preset']}, {len(trials)} trials)"
