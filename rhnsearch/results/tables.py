@@ -158,16 +158,15 @@ def depth_finding(trials: pd.DataFrame) -> pd.DataFrame:
     shallow = min(trials["params.depth"])
     rows = []
     for tied, depth in sorted(cell):
-        losses, reference = cell[(tied, depth)], cell.get((tied, shallow), pd.Series([]))
-        bounds = uncertainty.gap_interval(losses, reference) if len(reference) else None
-        gap = losses.min() - reference.min() if len(reference) else float("nan")
+        losses = cell[(tied, depth)]
+        reference = cell.get((tied, shallow), pd.Series(dtype=float))  # min() of none: NaN
+        bounds = uncertainty.gap_interval(losses, reference) if depth != shallow else None
         rows.append({"tied": bool(tied), "depth": int(depth), "trials": len(losses),
                      "best valid perplexity": float(np.exp(losses.min())),
-                     f"gap to depth {shallow} (nats)": gap,
+                     f"gap to depth {shallow} (nats)": losses.min() - reference.min(),
                      "gap: 95% interval": uncertainty.shown(bounds) if depth != shallow
                      else "–",
-                     "gap excludes 0": uncertainty.excludes_zero(bounds) if depth != shallow
-                     else "–"})
+                     "gap excludes 0": uncertainty.excludes_zero(bounds)})
     return pd.DataFrame(rows)
 
 
