@@ -241,6 +241,39 @@ def test_tune_writes_the_storage_in_whole_files(tmp_path):
                       for p in staging.rglob("*") if p.is_file()}
 
 
+@pytest.mark.parametrize("where", ["directory", "bucket"])
+def test_an_experiment_state_uploaded_half_written_keeps_the_stored_one(where, tmp_path,
+                                                                        s3_server):
+    """Tune rewrites its experiment state in place while its upload of the last one may still
+    be reading it (seen in CI: an empty state in the storage, then a resume refused). Copied
+    as Tune copies it, an empty or half-written state leaves the stored one as it was; the
+    next whole one replaces it; any other file is stored as it comes."""
+    import pyarrow.fs as pafs
+
+    from rhnsearch.search import storage
+    root = (str(tmp_path / "storage") if where == "directory"
+            else s3_server.uri(s3_server.bucket()))
+    filesystem, path = storage.split(root)
+    filesystem.create_dir(path)
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    state = staging / "experiment_state-2026-11-25_06-00-00.json"
+
+    def upload(text: str) -> str | None:
+        state.write_text(text)
+        (staging / "progress.csv").write_text(text)
+        pafs.copy_files(str(staging), path, destination_filesystem=filesystem)
+        assert storage.read_text(storage.join(root, "progress.csv")) == text
+        return storage.read_text(storage.join(root, state.name))
+
+    whole = json.dumps({"trial_data": [["{}", "{}"]] * 200})
+    assert upload(whole) == whole
+    assert upload("") == whole
+    assert upload(whole[:len(whole) // 2]) == whole
+    newer = json.dumps({"trial_data": []})
+    assert upload(newer) == newer
+
+
 def test_a_saved_state_cut_short_is_refused_in_one_line(jsb_smoke, tmp_path):
     """A sweep whose saved searcher state is cut short (written by an older rhnsearch, or
     not through the sweep's filesystem): `sweep resume` refuses it in one line, exit 2,

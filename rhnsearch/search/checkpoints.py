@@ -30,8 +30,7 @@ log = logging.getLogger("rhnsearch")
 
 
 # What Tune reads on resume: the newest file of each kind, and how it reads it.
-EXPERIMENT_STATE = r"experiment_state-.*\.json"
-SAVED_STATE = {EXPERIMENT_STATE: json.loads,
+SAVED_STATE = {storage.EXPERIMENT_STATE: json.loads,
                r"(basic-variant-state|search_gen_state)-.*\.json": cloudpickle.loads}
 
 
@@ -73,7 +72,7 @@ def prune(filesystem, folder: str, names: list[str] | None, keep: str):
 
 def saved_trial_ids(experiment: str) -> set[str]:
     """The trials in Tune's newest saved experiment state."""
-    state = newest(storage.listdir(experiment), EXPERIMENT_STATE)
+    state = newest(storage.listdir(experiment), storage.EXPERIMENT_STATE)
     if state is None:
         return set()
     trials = json.loads(storage.read_text(storage.join(experiment, state)))["trial_data"]
@@ -101,7 +100,7 @@ def check_saved_state(experiment: str):
 def stale_checkpoints(experiment: str) -> list[tuple[str, str]]:
     """(trial dir, checkpoint name) of each trial whose latest checkpoint in the saved Tune
     state is no longer in the storage."""
-    state = newest(storage.listdir(experiment), EXPERIMENT_STATE)
+    state = newest(storage.listdir(experiment), storage.EXPERIMENT_STATE)
     if state is None:
         return []
     stale = []

@@ -10,6 +10,7 @@ Every request to a bucket costs latency and money: a small file is written in on
 directory markers are written (see ObjectStore).
 """
 import io
+import json
 import logging
 import os
 import re
@@ -25,6 +26,9 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 log = logging.getLogger("rhnsearch")
+
+# Tune's saved experiment state, one file per session; its resume reads the newest.
+EXPERIMENT_STATE = r"experiment_state-.*\.json"
 
 
 def is_uri(location: str) -> bool:
@@ -216,6 +220,19 @@ class Delegate(pafs.FileSystemHandler):
         return self.fs.open_input_file(path)
 
     def open_output_stream(self, path, metadata):
+        """Tune's experiment state is stored only if it parses. Tune rewrites that file in
+        place (truncated, then written) while its upload of the previous one may still be
+        reading it, so an upload can carry an empty or half file; stored, a driver killed
+        before the next upload would leave a sweep that cannot be resumed. Dropped, the last
+        whole one stays until the next upload, a few seconds later. (Tune writes every other
+        file it uploads under a temporary name first.)"""
+        if re.fullmatch(EXPERIMENT_STATE, path.rsplit("/", 1)[-1]):
+            return pa.PythonFile(_StoredIfJson(lambda: self.output(path, metadata), path),
+                                 mode="w")
+        return self.output(path, metadata)
+
+    def output(self, path, metadata):
+        """How this storage writes a file."""
         return self.fs.open_output_stream(path, metadata=metadata)
 
     def open_append_stream(self, path, metadata):
@@ -232,7 +249,7 @@ class WholeFiles(Delegate):
     def __init__(self):
         self.fs = pafs.LocalFileSystem()
 
-    def open_output_stream(self, path, metadata):
+    def output(self, path, metadata):
         return pa.PythonFile(_RenamedWhenClosed(_temporary(path), path), mode="w")
 
     def copy_file(self, src, dest):
@@ -279,6 +296,25 @@ def remove_leftovers(location: str):
         for path in Path(location).rglob(".*.tmp"):
             if re.fullmatch(r"\..+\.[0-9a-f]{8}\.tmp", path.name):
                 path.unlink()
+
+
+class _StoredIfJson(io.BytesIO):
+    def __init__(self, output, path: str):
+        super().__init__()
+        self.output, self.path = output, path
+
+    def close(self):
+        if not self.closed:
+            data = self.getvalue()
+            super().close()
+            try:
+                json.loads(data)
+            except ValueError:
+                log.debug("storage: kept the stored %s (the upload read it half written)",
+                          self.path)
+                return
+            with self.output() as stream:
+                stream.write(data)
 
 
 class _RenamedWhenClosed(io.FileIO):
