@@ -3,11 +3,10 @@
 Counts equal `sum(p.numel() for p in build_model(...).parameters())` (tested for every arch);
 the formulas follow the cells' definitions (docs/models.md).
 """
+from .data.ptb import PTB_VOCAB
 from .errors import UserError
 from .models import check_arch
 from .tasks import get_task
-
-PTB_VOCAB = 10000
 
 
 def layer_params(arch: str, depth: int, width: int, input_size: int) -> int:

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import JSB_SPACE, rhnsearch_main
+from conftest import JSB_SPACE, ROOT, free_port, rhnsearch_main
 from rhnsearch.search.plan import expected_epochs, kept_fractions, wall_seconds, CellPlan
 from rhnsearch.search.space import load_space
 
@@ -46,6 +46,24 @@ def test_plan_of_the_jsb_smoke_preset(tmp_path, data_dir):
     # two 1-CPU trials at once: about half the trials' time, never less
     assert plan["trial_seconds"] / 2 <= plan["wall_seconds"] < plan["trial_seconds"]
     assert "timing rhn d1" in proc.stderr
+
+
+def test_ptb_without_its_text_is_timed_on_random_tokens_of_its_size(tmp_path):
+    """Where PTB's text cannot be had (its download refused here), a PTB space's cells are
+    timed on random tokens of PTB's size and vocabulary, and the plan says so."""
+    space = ROOT / "spaces" / "ptb_budget.yaml"
+    settings = ["--set", "dataset=ptb", "--set", "depths=[1,4]", "--set", "tied=[true]"]
+    proc = rhnsearch_main("sweep", "plan", space, "--preset", "smoke", *settings, "--data-dir",
+                          tmp_path / "no-data", "--cpus", "2", "--json", cwd=tmp_path,
+                          env={"RHNSEARCH_DATA_MIRROR": f"http://127.0.0.1:{free_port()}"})
+    plan = json.loads(proc.stdout)
+    assert plan["data"] == "random tokens of PTB's size"
+    assert "with random tokens of PTB's size" in proc.stderr
+    cells = load_space(space, "smoke", [s for s in settings if s != "--set"]).cells(10000)
+    assert [(c["cell"], c["params"]) for c in plan["cells"]] == [
+        (label, cell["params"]) for label, cell in cells.items()]
+    assert all(c["epoch_seconds"] > 0 for c in plan["cells"])
+    assert not list((tmp_path / "no-data").rglob("*.txt"))
 
 
 def test_plan_on_gpus_for_a_space_of_cpu_trials_is_one_line(tmp_path, data_dir):

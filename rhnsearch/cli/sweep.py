@@ -199,7 +199,7 @@ def cmd_plan(args):
 
     import torch
 
-    from ..search.plan import plan, timed_on, totals
+    from ..search.plan import plan, timed_on, timing_data, totals
     from ..search.space import load_space
     from .output import print_json
     space = load_space(args.space, args.preset, args.overrides)
@@ -211,13 +211,15 @@ def cmd_plan(args):
     devices = (args.gpus or max(1, torch.cuda.device_count())) if on_gpu else (
         args.cpus or os.cpu_count())
     where = timed_on(space)
-    print(f"{space.study}: timing each cell on {where}", file=sys.stderr)
-    rows = plan(space, args.scheduler, args.data_dir,
+    data, data_name = timing_data(space, args.data_dir)
+    print(f"{space.study}: timing each cell on {where}, with {data_name}", file=sys.stderr)
+    rows = plan(space, data, args.scheduler,
                 on_progress=lambda cell: print(f"  timing {cell}", file=sys.stderr))
     unit = "GPU" if on_gpu else "CPU"
     total = totals(rows, per_trial, devices)
     if args.json:
-        print_json({"study": space.study, "timed_on": where, "devices": devices, "unit": unit,
+        print_json({"study": space.study, "timed_on": where, "data": data_name,
+                    "devices": devices, "unit": unit,
                     "per_trial": per_trial, "cells": [
                         {**vars(row), "seconds": row.seconds} for row in rows], **total})
         return
@@ -230,7 +232,7 @@ def cmd_plan(args):
           f"{sum(r.expected_epochs for r in rows):,.0f} expected; "
           f"{total['trial_seconds'] / 3600:.2f} hours of trials, {total['device_hours']:.2f} "
           f"{unit}-hours; wall about {total['wall_seconds'] / 3600:.2f} h on {devices:g} "
-          f"{unit}s ({per_trial:g} a trial), timed on {where}")
+          f"{unit}s ({per_trial:g} a trial), timed on {where} with {data_name}")
 
 
 def cmd_submit(args):

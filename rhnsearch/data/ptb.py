@@ -7,6 +7,9 @@ import torch
 from ..errors import UserError
 
 EOS = "<eos>"
+# PTB's published size (Mikolov's split, <eos> counted as a token).
+PTB_VOCAB = 10000
+PTB_TOKENS = {"train": 929_589, "valid": 73_760, "test": 82_430}
 
 
 @dataclass
@@ -65,6 +68,16 @@ def load_ptb_sample(root: Path, train_fraction: float = 0.9) -> PTBData:
     cut = int(len(lines) * train_fraction)
     test = read_lines(root / "ptb/ptb.test.txt")
     return build("ptb-sample", lines[:cut], lines[cut:], test, vocab_from=lines + test)
+
+
+def ptb_sized(seed: int = 0) -> PTBData:
+    """Random token ids in PTB's size and vocabulary: a model's step costs what it costs on
+    PTB (which words it reads changes no arithmetic), so a plan can time PTB's cells without
+    its text. Never trained on."""
+    generator = torch.Generator().manual_seed(seed)
+    ids = {split: torch.randint(PTB_VOCAB, (n,), generator=generator)
+           for split, n in PTB_TOKENS.items()}
+    return PTBData(**ids, vocab=[f"w{i}" for i in range(PTB_VOCAB)])
 
 
 def batchify(ids: torch.Tensor, batch_size: int) -> torch.Tensor:

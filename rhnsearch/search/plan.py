@@ -13,6 +13,8 @@ import torch
 from ray.tune.schedulers import TrialScheduler
 
 from ..data import load_dataset
+from ..data.ptb import ptb_sized
+from ..errors import UserError
 from ..tasks import get_task
 from ..train import Trainer, TrialConfig
 from .scheduler import CellASHAScheduler
@@ -117,12 +119,22 @@ def epoch_seconds(config: TrialConfig, data) -> float:
     return train * counts["train"] + valid * counts["valid"]
 
 
-def plan(space: Space, scheduler: str | None = None, data_dir=None, on_progress=None) \
+def timing_data(space: Space, data_dir=None) -> tuple[object, str]:
+    """The data SPACE's cells are timed on, and its name: the space's dataset, or, where that
+    is PTB and its text cannot be had here, random tokens of PTB's size (ptb_sized)."""
+    try:
+        return load_dataset(space.dataset, data_dir), space.dataset
+    except UserError:
+        if space.dataset != "ptb":
+            raise
+        return ptb_sized(), "random tokens of PTB's size"
+
+
+def plan(space: Space, data, scheduler: str | None = None, on_progress=None) \
         -> list[CellPlan]:
-    """The cost of each cell of SPACE (its scheduler, or SCHEDULER); ON_PROGRESS(cell) is
-    called as each cell is timed."""
+    """The cost of each cell of SPACE (its scheduler, or SCHEDULER) timed on DATA;
+    ON_PROGRESS(cell) is called as each cell is timed."""
     scheduler = scheduler or space.scheduler.name
-    data = load_dataset(space.dataset, data_dir)
     per_cell = space.samples * space.seeds
     cells = space.cells_for(data)
     compared = per_cell * (1 if scheduler == "cell_asha" else len(cells))

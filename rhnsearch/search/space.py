@@ -14,7 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, \
     model_validator
 
-from ..budget import count_params, parse_count, solve_width
+from ..budget import PTB_VOCAB, count_params, parse_count, solve_width
 from ..data import DATASETS
 from ..errors import UserError
 from ..models import ARCHS, check_arch
@@ -174,11 +174,11 @@ class Space(Strict):
         return max(1, int(self.resources.cpu))
 
     def cells_for(self, data) -> dict[str, dict]:
-        """The cells, word widths solved for DATA's vocabulary (a 10,000-word one where DATA
-        has none or is None)."""
-        return self.cells(len(getattr(data, "vocab", ())) or 10000)
+        """The cells, word widths solved for DATA's vocabulary (PTB's where DATA has none or
+        is None)."""
+        return self.cells(len(getattr(data, "vocab", ())) or PTB_VOCAB)
 
-    def cells(self, vocab_size: int = 10000) -> dict[str, dict]:
+    def cells(self, vocab_size: int = PTB_VOCAB) -> dict[str, dict]:
         """The (arch, depth, tied) cells, by label ("rhn d4 w830", "... WT" when tied): dicts
         of arch, depth, tied, width, params."""
         cells = {}
