@@ -7,7 +7,7 @@ from urllib.parse import urlparse
 
 from mlflow.tracking import MlflowClient
 
-from .errors import UserError
+from .errors import UserError, first_line
 
 DEFAULT_STORE = "results/mlflow.db"
 
@@ -63,7 +63,6 @@ def check_store(uri: str):
                             f"{f' of user {user!r}' if user else ''} ({exc.error_code}): set "
                             "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD to an "
                             "account of that server") from None
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"{uri} is not a working MLflow tracking store ({first[:200]}): "
+        raise UserError(f"{uri} is not a working MLflow tracking store ({first_line(exc)}): "
                         "start the MLflow server there or pass a working --tracking-uri "
                         "(http://HOST:PORT or sqlite:///PATH)") from None

@@ -80,6 +80,17 @@ SPACE_CASES = {  # name: (--set overrides, expected part of the message)
 }
 
 
+def test_a_quoted_error_is_its_first_line_or_its_type():
+    """What a one-line message quotes of another library's error: its first line, cut to a
+    length; an error with no message (a bare OSError) is named by its type, not an IndexError."""
+    from rhnsearch.errors import first_line
+    assert first_line(OSError()) == "OSError"
+    assert first_line(ValueError("  \n")) == "ValueError"
+    assert first_line(RuntimeError("bucket gone\n  Traceback...")) == "bucket gone"
+    assert first_line(RuntimeError("x" * 300)) == "x" * 200
+    assert first_line(RuntimeError("x" * 300), 160) == "x" * 160
+
+
 @pytest.mark.parametrize("case", list(SPACE_CASES))
 def test_bad_space_is_one_line_and_writes_nothing(case, tmp_path, monkeypatch, capsys):
     overrides, expected = SPACE_CASES[case]

@@ -181,14 +181,14 @@ def test_pruning_keeps_the_registered_checkpoint_and_any_newer_one(tmp_path):
     """A trial's first checkpoint seen by a (resumed) driver clears the older ones left in its
     folder, never the one registered nor a newer one its worker has written since."""
     from rhnsearch.search.checkpoints import prune
-    from rhnsearch.search.storage import tune_filesystem
+    from rhnsearch.search.storage import split
     for index in range(1, 5):
         (tmp_path / f"checkpoint_{index:06d}").mkdir()
         (tmp_path / f"checkpoint_{index:06d}" / "trainer.pt").write_bytes(b"x")
-    prune(tune_filesystem(str(tmp_path)), str(tmp_path), None, keep="checkpoint_000003")
+    prune(split(str(tmp_path))[0], str(tmp_path), None, keep="checkpoint_000003")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_000003",
                                                           "checkpoint_000004"]
-    prune(tune_filesystem(str(tmp_path)), str(tmp_path), ["checkpoint_000003"],
+    prune(split(str(tmp_path))[0], str(tmp_path), ["checkpoint_000003"],
           keep="checkpoint_000004")
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint_000004"]
 
@@ -217,14 +217,14 @@ def test_tune_writes_the_storage_in_whole_files(tmp_path):
     file:// URI is written the same way."""
     import pyarrow.fs as pafs
 
-    from rhnsearch.search.storage import tune_filesystem
+    from rhnsearch.search.storage import split
     from rhnsearch.search.sweep import sweep_storage
     storage = tmp_path / "storage"
     storage.mkdir()
     assert sweep_storage(f"file://{storage}/", None) == str(storage)
     killed = subprocess.run([sys.executable, "-c", (
-        "import os; from rhnsearch.search.storage import tune_filesystem; "
-        f"s = tune_filesystem('{storage}').open_output_stream('{storage}/state.json'); "
+        "import os; from rhnsearch.search.storage import split; "
+        f"s = split('{storage}')[0].open_output_stream('{storage}/state.json'); "
         "s.write(b'x' * 5000); s.flush(); os._exit(9)")], timeout=120)
     assert killed.returncode == 9
     (left,) = [p.name for p in storage.iterdir()]  # no state.json: only the hidden temporary
@@ -234,7 +234,7 @@ def test_tune_writes_the_storage_in_whole_files(tmp_path):
     (staging / "experiment_state.json").write_text('{"trial_data": []}')
     (staging / "checkpoint_000001" / "trainer.pt").write_bytes(os.urandom(300_000))
     pafs.copy_files(str(staging), str(storage / "run"),
-                    destination_filesystem=tune_filesystem(str(storage)))
+                    destination_filesystem=split(str(storage))[0])
     copied = {p.relative_to(storage / "run"): p.read_bytes()
               for p in (storage / "run").rglob("*") if p.is_file()}
     assert copied == {p.relative_to(staging): p.read_bytes()

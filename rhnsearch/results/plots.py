@@ -16,7 +16,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 from matplotlib.transforms import blended_transform_factory
 
-from ..errors import UserError
+from ..errors import UserError, first_line
 from . import arch_label, arch_order, published, store
 from .export import atomic, check_out
 from .tables import best_per_cell, check_study, finished, sweep_dataset
@@ -392,4 +392,4 @@ def log_sweep_plots(client, experiment_id: str, parent_run_id: str):
     except Exception as exc:  # noqa: BLE001 - plots are a courtesy, the sweep has succeeded
         log.warning("could not log the sweep's plots to MLflow run %s (%s: %s); draw them "
                     "with `rhnsearch results plot`", parent_run_id, type(exc).__name__,
-                    str(exc).splitlines()[0][:200] if str(exc) else "")
+                    first_line(exc))

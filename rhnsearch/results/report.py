@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ..errors import UserError
+from ..errors import UserError, first_line
 from ..provenance import TAGS
 from . import arch_label, importance, plots, published, store, tables
 from .export import atomic, check_out, html_table
@@ -270,4 +270,4 @@ def log_sweep_report(client, experiment_id: str, parent_run_id: str):
     except Exception as exc:  # noqa: BLE001 - the report is a courtesy, the sweep has succeeded
         log.warning("could not log the sweep's report to MLflow run %s (%s: %s); write it "
                     "with `rhnsearch results report`", parent_run_id, type(exc).__name__,
-                    str(exc).splitlines()[0][:200] if str(exc) else "")
+                    first_line(exc))

@@ -7,7 +7,7 @@ from urllib.parse import urlparse
 
 import ray
 
-from ..errors import UserError
+from ..errors import UserError, first_line
 from .trainable import ALLOW_CPU_FALLBACK
 
 log = logging.getLogger("rhnsearch")
@@ -48,7 +48,7 @@ def start_ray(address: str | None):
             ray.init(address=address, logging_level=logging.WARNING, runtime_env=runtime_env)
         except (ConnectionError, RuntimeError) as exc:
             raise UserError(f"could not join the Ray cluster at {address}: "
-                            f"{str(exc).splitlines()[0]}") from None
+                            f"{first_line(exc)}") from None
     else:
         ray.init(include_dashboard=False, logging_level=logging.WARNING, runtime_env=runtime_env,
                  _node_ip_address="127.0.0.1")  # a local Ray stays on loopback

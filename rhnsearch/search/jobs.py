@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from ..errors import UserError
+from ..errors import UserError, first_line
 from ..provenance import COMMIT_ENV, DIRTY_ENV, git_commit
 from . import storage
 from .cluster import check_address
@@ -29,7 +29,7 @@ def job_client(address: str):
     try:
         return JobSubmissionClient(address)
     except Exception as exc:  # the client's own connection errors
-        raise UserError(f"no Ray Jobs API at {address} ({str(exc).splitlines()[0][:160]}): "
+        raise UserError(f"no Ray Jobs API at {address} ({first_line(exc, 160)}): "
                         "pass the dashboard address, e.g. http://127.0.0.1:8265") from None
 
 
@@ -85,7 +85,7 @@ def submit(address: str, space: str, tracking_uri: str | None, storage_path: str
             return client.submit_job(entrypoint=command, runtime_env=runtime_env(),
                                      submission_id=f"rhnsearch-{name}")
         except RuntimeError as exc:  # the SDK's error for a failed request
-            message = str(exc).splitlines()[0][:200]
+            message = first_line(exc)
             if "try again later" not in message or time.monotonic() > deadline:
                 raise UserError(f"the Ray Jobs API at {address} refused the sweep: "
                                 f"{message}") from None
@@ -97,7 +97,7 @@ def job_call(address: str, job_id: str, method: str):
     try:
         return getattr(job_client(address), method)(job_id)
     except RuntimeError as exc:  # the SDK's error for any failed request
-        raise UserError(f"job {job_id} at {address}: {str(exc).splitlines()[0][:200]} "
+        raise UserError(f"job {job_id} at {address}: {first_line(exc)} "
                         f"(list jobs with `ray job list --address {address}`)") from None
 
 

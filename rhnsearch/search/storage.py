@@ -25,8 +25,12 @@ from urllib.request import url2pathname
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from ..errors import first_line
+
 log = logging.getLogger("rhnsearch")
 
+# The storage of a sweep run without --storage-path: under the driver's working directory.
+LOCAL_SWEEPS = Path("results/sweeps")
 # Tune's saved experiment state, one file per session; its resume reads the newest.
 EXPERIMENT_STATE = r"experiment_state-.*\.json"
 
@@ -37,7 +41,7 @@ def is_uri(location: str) -> bool:
 
 def normalize(location: str) -> str:
     """A local path, or a file:// URI, as an absolute path (every process must name the same
-    directory, and Tune writes a path in whole files: tune_filesystem); other URIs as given,
+    directory, and Tune writes a path in whole files: split); other URIs as given,
     without a trailing slash."""
     if location.startswith("file://"):
         location = url2pathname(urlparse(location).path)
@@ -130,7 +134,7 @@ class Later:
             try:
                 job()
             except Exception as exc:  # noqa: BLE001 - a storage error must not end the sweep
-                log.warning("storage: %s failed (%s)", key, str(exc).splitlines()[0][:200])
+                log.warning("storage: %s failed (%s)", key, first_line(exc))
             with self.changed:
                 self.busy = False
                 self.changed.notify_all()
@@ -344,8 +348,3 @@ def check_reachable(location: str):
     with fs.open_output_stream(path) as stream:
         stream.write(b"ok")
     fs.delete_file(path)
-
-
-def tune_filesystem(location: str) -> pafs.FileSystem:
-    """The filesystem Tune writes the sweep's storage with (see split)."""
-    return split(location)[0]

@@ -26,7 +26,7 @@ from ray.tune.schedulers import FIFOScheduler
 from ..data import data_dir as default_data_dir
 from ..data import load_dataset
 from ..data.recorded import dataset_input
-from ..errors import UserError
+from ..errors import UserError, first_line
 from ..provenance import provenance_tags
 from ..results import histories, snapshot
 from ..tracking_store import check_store, resolve_tracking_uri
@@ -41,7 +41,6 @@ from .tracking import MLflowTracker, get_experiment, sender_for
 from .trainable import run_trial
 
 log = logging.getLogger("rhnsearch")
-SWEEPS_DIR = Path("results/sweeps")
 STATE_FILE = "rhnsearch_sweep.json"
 STORAGE_ENV = "RHNSEARCH_STORAGE"
 # In a folder: Tune's restore copies the top folder's *.json and *.pkl to its staging dir and
@@ -59,7 +58,7 @@ def sweep_storage(location: str | None, address: str | None) -> str:
         raise UserError("a sweep on a cluster keeps its state and checkpoints where every "
                         "node can read them: pass --storage-path with a shared directory or "
                         f"a bucket URI (s3://BUCKET/PATH), or set {STORAGE_ENV}")
-    return str(SWEEPS_DIR.resolve())
+    return str(storage.LOCAL_SWEEPS.resolve())
 
 
 def trainable(space: Space, cells: dict, function=run_trial):
@@ -105,8 +104,7 @@ def check_storage(root: str):
     try:
         storage.check_reachable(root)
     except (OSError, ValueError) as exc:  # pyarrow's errors are OSError, a bad URI ValueError
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"storage {root} cannot be used ({first[:200]}): check the bucket, "
+        raise UserError(f"storage {root} cannot be used ({first_line(exc)}): check the bucket, "
                         "its endpoint (AWS_ENDPOINT_URL) and credentials (AWS_ACCESS_KEY_ID, "
                         "AWS_SECRET_ACCESS_KEY)") from None
 
@@ -116,7 +114,7 @@ def write_state(experiment: str, state: dict):
         storage.write_text(storage.join(experiment, STATE_FILE), json.dumps(state, indent=1))
     except OSError as exc:
         raise UserError(f"cannot write the sweep's state to {experiment} "
-                        f"({str(exc).splitlines()[0][:200]}): check the storage path and "
+                        f"({first_line(exc)}): check the storage path and "
                         "its credentials") from None
 
 
@@ -132,7 +130,7 @@ def run_sweep(space_path, preset=None, overrides=(), address=None, search=None,
     else:
         check_gpus(space.resources.gpu, local=True)
     root = sweep_storage(storage_path, address)
-    check_writable(SWEEPS_DIR.resolve() if storage.is_uri(root) else Path(root))
+    check_writable(storage.LOCAL_SWEEPS.resolve() if storage.is_uri(root) else Path(root))
     check_storage(root)
     search = search or space.search
     if search != "random" and space.seeds > 1:
@@ -271,7 +269,7 @@ def finish(tuner, state: dict) -> dict:
     except MlflowException as exc:
         raise UserError(f"sweep {state['name']}: every trial ended but MLflow at "
                         f"{state['tracking_uri']} is not answering "
-                        f"({str(exc).splitlines()[0][:160]}): when it is back, `rhnsearch "
+                        f"({first_line(exc, 160)}): when it is back, `rhnsearch "
                         f"sweep resume {state['name']}` closes the sweep") from None
     summary["trials_seconds"] = round(trials_seconds, 1)
     summary["wall_seconds"] = round(time.monotonic() - start, 1)

@@ -25,6 +25,7 @@ from mlflow.tracking import MlflowClient
 from ray.tune import Callback
 
 from ..data.recorded import dataset_input
+from ..errors import first_line
 from ..provenance import provenance_tags
 from ..tasks import get_task
 from ..tracking_store import artifact_root
@@ -38,7 +39,6 @@ BACKOFF_SECONDS = (1, 2, 5, 10, 30)  # between attempts while the store does not
 DRAIN_SECONDS = 30  # after the trials: how long an unreachable store is waited for
 MIRROR_SECONDS = 10  # while the store does not answer: how often waiting records are copied
 PENDING_FILE = "mlflow_pending.jsonl"
-LOCAL_JOURNALS = Path("results/sweeps")  # on the driver, for a sweep whose storage is a bucket
 SKIP_RESULT_KEYS = {"status", "epoch", "done", "training_iteration", "trial_id", "date",
                     "timestamp", "pid", "hostname", "node_ip", "config", "time_since_restore",
                     "iterations_since_restore", "checkpoint_dir_name", "should_checkpoint",
@@ -69,7 +69,7 @@ def journal_location(experiment: str, sweep: str) -> tuple[str, str | None]:
     a resumed driver's own) with a copy in the bucket."""
     if not storage.is_uri(experiment):
         return experiment, None
-    return str(LOCAL_JOURNALS / sweep), storage.join(experiment, PENDING_FILE)
+    return str(storage.LOCAL_SWEEPS / sweep), storage.join(experiment, PENDING_FILE)
 
 
 def parse(text: str) -> list[dict]:
@@ -187,7 +187,7 @@ class Sender:
             self.mirrored_at = time.monotonic()
         except OSError as exc:
             log.warning("could not copy the waiting MLflow records to %s (%s)",
-                        self.journal.mirror, str(exc).splitlines()[0][:160])
+                        self.journal.mirror, first_line(exc, 160))
 
     def _run(self):
         self._attempt(self._load)
@@ -241,7 +241,7 @@ class Sender:
                 if self.failing_since is None:
                     self.failing_since = time.monotonic()
                     log.warning("MLflow at %s is not answering (%s); records wait in %s and "
-                                "are retried", self.uri, str(exc).splitlines()[0][:160],
+                                "are retried", self.uri, first_line(exc, 160),
                                 self.journal.path)
                 if time.monotonic() - self.mirrored_at > MIRROR_SECONDS:
                     self._mirror()
