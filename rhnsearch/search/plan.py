@@ -12,8 +12,7 @@ import numpy as np
 import torch
 from ray.tune.schedulers import TrialScheduler
 
-from ..data import load_dataset
-from ..data.ptb import ptb_sized
+from ..data import SIZED, load_dataset
 from ..errors import UserError
 from ..tasks import get_task
 from ..train import Trainer, TrialConfig
@@ -120,14 +119,14 @@ def epoch_seconds(config: TrialConfig, data) -> float:
 
 
 def timing_data(space: Space, data_dir=None) -> tuple[object, str]:
-    """The data SPACE's cells are timed on, and its name: the space's dataset, or, where that
-    is PTB and its text cannot be had here, random tokens of PTB's size (ptb_sized)."""
+    """The data SPACE's cells are timed on, and its name: the space's dataset, or, where its
+    text cannot be had here, random data of its size (data.SIZED: PTB's)."""
     try:
         return load_dataset(space.dataset, data_dir), space.dataset
     except UserError:
-        if space.dataset != "ptb":
+        if space.dataset not in SIZED:
             raise
-        return ptb_sized(), "random tokens of PTB's size"
+        return SIZED[space.dataset](), f"random tokens of {space.dataset.upper()}'s size"
 
 
 def plan(space: Space, data, scheduler: str | None = None, on_progress=None) \
