@@ -4,6 +4,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
+from ..data.ptb import PTB_VOCAB
 from ..tasks import TASKS
 from ..train import TrialConfig
 from .output import print_json
@@ -67,7 +68,7 @@ def add_budget(sub):
     p.add_argument("--depths", required=True, help="e.g. 1-10 or 1,2,4,6")
     p.add_argument("--params", required=True, help="budget, e.g. 32M or 250k")
     p.add_argument("--tied", action="store_true", help="tie softmax and embedding (ptb)")
-    p.add_argument("--vocab", type=int, default=10000, help="vocabulary size (ptb)")
+    p.add_argument("--vocab", type=int, default=PTB_VOCAB, help="vocabulary size (ptb)")
     p.add_argument("--json", action="store_true", help="print a JSON list as the last line")
     p.set_defaults(run=run_budget)
 

@@ -70,14 +70,18 @@ def prune(filesystem, folder: str, names: list[str] | None, keep: str):
             filesystem.delete_dir(f"{folder}/{name}")
 
 
-def saved_trial_ids(experiment: str) -> set[str]:
-    """The trials in Tune's newest saved experiment state."""
+def saved_trials(experiment: str) -> list:
+    """The trial_data of Tune's newest saved experiment state (none without one)."""
     state = newest(storage.listdir(experiment), storage.EXPERIMENT_STATE)
     if state is None:
-        return set()
-    trials = json.loads(storage.read_text(storage.join(experiment, state)))["trial_data"]
+        return []
+    return json.loads(storage.read_text(storage.join(experiment, state)))["trial_data"]
+
+
+def saved_trial_ids(experiment: str) -> set[str]:
+    """The trials in Tune's newest saved experiment state."""
     return {(json.loads(info) if isinstance(info, str) else info)["trial_id"]
-            for info, _ in trials}
+            for info, _ in saved_trials(experiment)}
 
 
 def check_saved_state(experiment: str):
@@ -100,12 +104,8 @@ def check_saved_state(experiment: str):
 def stale_checkpoints(experiment: str) -> list[tuple[str, str]]:
     """(trial dir, checkpoint name) of each trial whose latest checkpoint in the saved Tune
     state is no longer in the storage."""
-    state = newest(storage.listdir(experiment), storage.EXPERIMENT_STATE)
-    if state is None:
-        return []
     stale = []
-    text = storage.read_text(storage.join(experiment, state))
-    for trial in json.loads(text)["trial_data"]:
+    for trial in saved_trials(experiment):
         info, run = (json.loads(part) if isinstance(part, str) else part for part in trial)
         manager = run.get("checkpoint_manager") or {}
         saved = (bytes.fromhex(manager["value"]).decode("latin-1")  # its pickle, not loaded
