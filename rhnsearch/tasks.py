@@ -22,6 +22,8 @@ class Task:
     throughput_key: str    # metric name of items trained per second
     carries_state: bool    # whether the state flows from one batch into the next
     perplexity: bool       # whether losses are also reported as perplexities
+    final_batch_size: int | None  # batch of the final valid and test numbers (None: the
+    #                               training batch)
 
     def input_size(self, width: int) -> int:
         """Features per step that the recurrent layer reads."""
@@ -64,7 +66,7 @@ class PianoRolls(Task):
     """Chorales as piano rolls (T, B, 88): the loss is the binary cross-entropy summed over the
     88 keys, per real (unpadded) time step. Each chorale starts from the zero state."""
     name, loss_unit, throughput_key = "jsb", "nats per time step", "steps_per_sec"
-    carries_state, perplexity = False, False
+    carries_state, perplexity, final_batch_size = False, False, None  # a chorale is a sequence
 
     def input_size(self, width):
         return KEYS
@@ -105,9 +107,11 @@ class PianoRolls(Task):
 
 class Words(Task):
     """A word stream cut into `batch_size` parallel streams and `bptt`-step windows; the state
-    flows from each window into the next. The loss is the cross-entropy per word."""
+    flows from each window into the next. The loss is the cross-entropy per word. The final
+    valid and test numbers read the whole text as one stream (batch 1), as the RHN authors'
+    code reports them; each epoch's validation is batched, as theirs is."""
     name, loss_unit, throughput_key = "ptb", "nats per word", "tokens_per_sec"
-    carries_state, perplexity = True, True
+    carries_state, perplexity, final_batch_size = True, True, 1
 
     def input_size(self, width):
         return width  # the embedding size is the width

@@ -101,7 +101,7 @@ class TrialConfig:
             bad("train_fraction", "must be in (0, 1]")
         if self.loss_per not in ("step", "window"):
             bad("loss_per", "use step or window")
-        check_arch(self.arch, self.depth, self.width, self.drop_h)
+        check_arch(self.arch, self.depth, self.width)
         get_task(self.task).check(self.tied, self.loss_per)
         return self
 
@@ -164,14 +164,15 @@ class Trainer:
         c = self.config
         return c.lr / c.lr_decay ** max(epoch - c.lr_decay_start, 0)
 
-    def _batches(self, split: str, shuffle: bool):
-        """(inputs, targets, mask) of a split on the device (training: its train_fraction)."""
+    def _batches(self, split: str, shuffle: bool, batch_size: int | None = None):
+        """(inputs, targets, mask) of a split on the device (training: its train_fraction), in
+        batches of BATCH_SIZE (default the config's)."""
         c = self.config
         data = self.data.split(split)
         if split == "train" and c.train_fraction < 1.0:
             data = data[: max(1, int(len(data) * c.train_fraction))]
-        return self.task.batches(data, c.batch_size, c.bptt, self.shuffle if shuffle else None,
-                                 self.device)
+        return self.task.batches(data, batch_size or c.batch_size, c.bptt,
+                                 self.shuffle if shuffle else None, self.device)
 
     def train_epoch(self):
         """One pass over the training data: (mean loss, mean grad norm, steps, items)."""
@@ -205,11 +206,12 @@ class Trainer:
             steps, count
 
     @torch.no_grad()
-    def evaluate(self, split: str) -> float:
-        """Mean loss per real step (JSB) or per token (words) of `split`."""
+    def evaluate(self, split: str, batch_size: int | None = None) -> float:
+        """Mean loss per real step (JSB) or per token (words) of `split`, in batches of
+        BATCH_SIZE (default the config's; words: that many streams, each from a zero state)."""
         self.model.eval()
         total, count, state = 0.0, 0, None
-        for x, y, mask in self._batches(split, shuffle=False):
+        for x, y, mask in self._batches(split, shuffle=False, batch_size=batch_size):
             logits, state = self.model(x, state if self.task.carries_state else None)
             loss_sum, n = self.model.loss_sum(logits, y, mask)
             total, count = total + loss_sum.item(), count + n
@@ -249,22 +251,26 @@ class Trainer:
         return metrics
 
     def finish(self) -> dict:
-        """Final result: test loss at the best-valid weights; status completed or diverged."""
+        """Final result: status completed or diverged, and the test loss of the best-valid
+        weights (the epoch chosen on batched validation). Where the task evaluates its final
+        numbers on the whole text as one stream (words, as the RHN authors reported theirs),
+        the test loss is so computed, and the valid loss too (`full_valid_loss`)."""
         if self.status == "running":
             self.status = "completed"
-        test_loss = math.nan
+        final = {"test_loss": math.nan}
         if self.best_state is not None:
             current = copy.deepcopy(self.model.state_dict())
             self.model.load_state_dict(self.best_state)
-            test_loss = self.evaluate("test")
+            final["test_loss"] = self.evaluate("test", self.task.final_batch_size)
+            if self.task.final_batch_size:
+                final["full_valid_loss"] = self.evaluate("valid", self.task.final_batch_size)
             self.model.load_state_dict(current)
         last = self.history[-1] if self.history else {}
         return self._with_ppl({
             "status": self.status, "epochs": self.epoch, "params": self.params,
             "dataset": self.config.dataset, "train_loss": last.get("train_loss", math.nan),
             "valid_loss": last.get("valid_loss", math.nan),
-            "best_valid_loss": self.best_valid, "best_epoch": self.best_epoch,
-            "test_loss": test_loss})
+            "best_valid_loss": self.best_valid, "best_epoch": self.best_epoch, **final})
 
     def fit(self, callback=None) -> dict:
         """Run the remaining epochs, `callback(metrics)` after each; never raises on

@@ -122,3 +122,63 @@ def test_dropout_off_in_eval_mode():
                         drop_h=0.5, drop_o=0.5).eval()
     ids = torch.randint(0, 20, (5, 2))
     torch.testing.assert_close(model(ids)[0], model(ids)[0])
+
+
+def test_embedding_dropout_drops_a_word_type_per_sequence():
+    """drop_x keeps or drops each word type once per sequence (as the RHN authors' code): a
+    word has one mask value at every step of its sequence, and sequences draw their own."""
+    torch.manual_seed(0)
+    model = build_model("ptb", "rhn", 1, 8, vocab_size=5, drop_x=0.5).train()
+    ids = torch.tensor([[0, 1, 2, 0, 1, 2, 3]] * 64).t()  # (T, B): every sequence alike
+    mask = (model.embed(ids) / model.embedding(ids))[..., 0]  # (T, B): 0 or 1 / keep
+    torch.testing.assert_close(mask.unique(), torch.tensor([0.0, 2.0]))
+    for word in range(4):
+        at = ids[:, 0] == word
+        assert (mask[at] == mask[at][0]).all()  # the same value at each of its steps
+    assert len({tuple(mask[:, b].tolist()) for b in range(64)}) > 8  # per sequence
+
+
+def test_variational_lstm_drops_its_state_with_one_mask_per_sequence(monkeypatch):
+    """With drop_h the LSTM's state is dropped by one mask per sequence, the same at every
+    step: with one sequence, dropping state units is zeroing (and rescaling) those columns of
+    W_hh in nn.LSTM. Without a mask the step loop is nn.LSTM; in eval mode no mask is drawn."""
+    import rhnsearch.models.dropout as dropout
+    import rhnsearch.models.lstm as target
+    torch.manual_seed(0)
+    drawn = []
+
+    def recording(p, shape, like, training):
+        mask = dropout.variational_mask(p, shape, like, training)
+        drawn.append((tuple(shape), mask))
+        return mask
+
+    monkeypatch.setattr(target, "variational_mask", recording)
+    layer = build_model("jsb", "lstm", 1, 6, drop_i=0.3, drop_h=0.5, init_scale=0.5).layer
+    x = torch.rand(9, 1, 88)
+    outputs, _ = layer.train()(x)
+    shapes = [shape for shape, _ in drawn]
+    assert sorted(shapes) == [(1, 6), (1, 88)]  # one draw each per forward, whatever T is
+    (mask_h,) = [m for shape, m in drawn if shape == (1, 6)]
+    (mask_i,) = [m for shape, m in drawn if shape == (1, 88)]
+    assert (mask_h == 0).any() and (mask_h > 0).any()
+    reference = torch.nn.LSTM(88, 6)
+    reference.load_state_dict(layer.lstm.state_dict())
+    with torch.no_grad():
+        reference.weight_hh_l0.mul_(mask_h)  # column j of W_hh reads unit j of h
+    torch.testing.assert_close(outputs, reference(x * mask_i)[0])
+    state = tuple(torch.rand(1, 3, 6) for _ in range(2))
+    x3 = torch.rand(5, 3, 88)
+    torch.testing.assert_close(layer.loop(x3, state, torch.ones(3, 6)), layer.lstm(x3, state))
+    drawn.clear()
+    layer.eval()(x)
+    assert [m for _, m in drawn] == [None, None]
+
+
+def test_variational_lstm_is_counted_and_sized_like_the_plain_one():
+    from rhnsearch.budget import solve_width
+    for drop_h in (0.0, 0.4):
+        model = build_model("ptb", "lstm", 1, 33, vocab_size=50, tied=True, drop_h=drop_h)
+        assert sum(p.numel() for p in model.parameters()) == count_params("ptb", "lstm", 1, 33,
+                                                                          True, 50)
+    width = solve_width(300_000, "ptb", "lstm", 1, True, 1000)
+    assert abs(count_params("ptb", "lstm", 1, width, True, 1000) - 300_000) < 0.01 * 300_000

@@ -124,3 +124,30 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path):
                            "--data-dir", str(tmp_path)], capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "unknown arch 'gru'" in proc.stderr
+
+
+def test_final_word_numbers_read_the_whole_text_as_one_stream():
+    """The final valid and test losses of a word task are those of the best-valid weights on
+    the whole text read as one stream from a zero state (batch 1, the RHN authors' protocol),
+    here computed by hand on a tiny text; the batched validation of each epoch is not."""
+    import torch
+    from torch.nn import functional as F
+
+    from rhnsearch.data import PTBData
+    generator = torch.Generator().manual_seed(0)
+    data = PTBData(*(torch.randint(7, (n,), generator=generator) for n in (400, 61, 83)),
+                   vocab=[f"w{i}" for i in range(7)], name="ptb-sample")
+    trainer = Trainer(TrialConfig(dataset="ptb-sample", arch="rhn", depth=2, width=8,
+                                  epochs=2, batch_size=4, bptt=10, lr=0.5, threads=1), data)
+    result = trainer.fit()
+    trainer.model.load_state_dict(trainer.best_state)
+    trainer.model.eval()
+
+    def by_hand(ids):
+        with torch.no_grad():
+            logits, _ = trainer.model(ids[:-1].unsqueeze(1))  # one stream, zero state
+        return F.cross_entropy(logits[:, 0], ids[1:]).item()
+    assert result["test_loss"] == pytest.approx(by_hand(data.test), rel=1e-6)
+    assert result["full_valid_loss"] == pytest.approx(by_hand(data.valid), rel=1e-6)
+    assert result["full_valid_ppl"] == pytest.approx(math.exp(result["full_valid_loss"]))
+    assert trainer.evaluate("test") != pytest.approx(result["test_loss"], rel=1e-6)  # 4 streams

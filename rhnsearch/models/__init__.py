@@ -20,8 +20,8 @@ __all__ = ["ARCHS", "BACKENDS", "CELLS", "DTRNNCell", "DTSRNNCell", "HSGCell", "
            "check_arch", "detach_state"]
 
 
-def check_arch(arch: str, depth: int = 1, width: int = 1, drop_h: float = 0.0):
-    """A one-line UserError for an arch, depth, width or recurrent dropout that cannot be."""
+def check_arch(arch: str, depth: int = 1, width: int = 1):
+    """A one-line UserError for an arch, depth or width that cannot be."""
     if arch not in ARCHS:
         raise UserError(f"unknown arch {arch!r}: use one of {', '.join(ARCHS)}")
     if not (isinstance(depth, int) and isinstance(width, int)) or depth < 1 or width < 1:
@@ -29,17 +29,14 @@ def check_arch(arch: str, depth: int = 1, width: int = 1, drop_h: float = 0.0):
                         f"width={width!r}")
     if arch == "lstm" and depth != 1:
         raise UserError(f"lstm has no recurrence depth: use depth 1, not {depth}")
-    if arch == "lstm" and drop_h > 0:
-        raise UserError("lstm has no recurrent dropout (nn.LSTM takes no mask): set drop_h "
-                        "to 0")
 
 
 def build_layer(arch: str, input_size: int, width: int, depth: int, drop_i: float = 0.0,
                 drop_h: float = 0.0, backend: str = "auto") -> nn.Module:
     """One recurrent layer: (T, B, input_size) -> (T, B, width)."""
-    check_arch(arch, depth, width, drop_h)
+    check_arch(arch, depth, width)
     if arch == "lstm":
-        return LSTM(input_size, width, drop_i)
+        return LSTM(input_size, width, drop_i, drop_h)
     return Recurrent(CELLS[arch](input_size, width, depth), drop_i, drop_h, backend)
 
 

@@ -16,8 +16,10 @@ def detach_state(state):
 
 class SequenceModel(nn.Module):
     """Inputs (T, B[, F]) -> logits (T, B, outputs). Word ids pass through an embedding whose
-    rows (word types) are dropped with rate drop_x, one mask per sequence; the layer's outputs
-    are dropped with rate drop_o; `tied` shares the head's weights with the embedding."""
+    rows (word types) are dropped with rate drop_x, one mask per sequence (a word dropped from
+    a sequence is dropped at every step of it, as in the RHN authors' code); the layer's
+    outputs are dropped with rate drop_o; `tied` shares the head's weights with the
+    embedding."""
 
     def __init__(self, task, layer: nn.Module, vocab_size: int = 0, drop_x: float = 0.0,
                  drop_o: float = 0.0, tied: bool = False):
@@ -33,9 +35,10 @@ class SequenceModel(nn.Module):
         if self.embedding is None:
             return inputs
         x = self.embedding(inputs)
-        if self.training and self.drop_x > 0:
-            keep = variational_mask(self.drop_x, (self.embedding.num_embeddings, 1), x, True)
-            x = x * keep[inputs]
+        if self.training and self.drop_x > 0:  # keep[b, w]: is word w kept in sequence b
+            keep = variational_mask(self.drop_x, (inputs.shape[1],
+                                                  self.embedding.num_embeddings), x, True)
+            x = x * keep.gather(1, inputs.t()).t().unsqueeze(-1)
         return x
 
     def forward(self, inputs: torch.Tensor, state=None, return_gates: bool = False):

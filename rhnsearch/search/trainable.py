@@ -59,10 +59,8 @@ def run_trial(config: dict, cells: dict):
         metrics = trainer.run_epoch()
         if trainer.status != "running" or trainer.epoch >= cfg.epochs:
             final = trainer.finish()
-            metrics.update(status=final["status"], test_loss=final["test_loss"],
-                           best_epoch=final["best_epoch"])
-            if "test_ppl" in final:
-                metrics["test_ppl"] = final["test_ppl"]
+            metrics.update({k: v for k, v in final.items() if k.startswith(("test_", "full_"))},
+                           status=final["status"], best_epoch=final["best_epoch"])
         with tempfile.TemporaryDirectory() as directory:
             trainer.save(directory)
             tune.report({**metrics, **placement, "params": trainer.params},
