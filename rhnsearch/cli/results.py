@@ -47,7 +47,7 @@ def add_results(sub):
         k.add_argument("--out", required=True, help="FILE.png or FILE.svg")
         if kind in ("swarm", "curves"):
             k.add_argument("--metric", help="metric to draw (default: "
-                           f"{'train_loss' if kind == 'swarm' else 'valid_loss'})")
+                           f"{'best_valid_loss' if kind == 'swarm' else 'valid_loss'})")
         if kind == "curves":
             k.add_argument("--top", type=int, default=5,
                            help="how many trials, best validation loss first (default 5)")
@@ -63,8 +63,9 @@ def add_results(sub):
                        choices=["jsb_optimization", "ptb_budget", "ptb_hsg"])
     _store_options(table, "MLflow experiment (default: the study's name)")
     table.add_argument("--out", help="FILE.md, .tex or .csv (default: Markdown to stdout)")
-    table.add_argument("--metric", default="train_loss",
-                       help="jsb_optimization: the loss to summarize (default train_loss)")
+    table.add_argument("--metric", default="best_valid_loss",
+                       help="jsb_optimization: the loss to summarize (default best_valid_loss, "
+                       "the swarm's and the finding's)")
     table.set_defaults(run=cmd_table)
 
     report = rsub.add_parser(

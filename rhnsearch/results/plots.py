@@ -13,7 +13,7 @@ import seaborn as sns
 from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import LogLocator, MaxNLocator, NullLocator
 from matplotlib.transforms import blended_transform_factory
 
 from ..errors import UserError, first_line
@@ -27,7 +27,8 @@ DEFAULT_EXPERIMENT = {"swarm": "jsb_optimization", "depth": "ptb_budget", "hsg":
 STUDY_PLOTS = {"jsb_optimization": ("swarm", "curves"), "ptb_budget": ("depth", "curves"),
                "ptb_hsg": ("hsg", "curves")}
 DODGE_WIDTH = 0.8  # seaborn's default width of a dodged category
-CLIP_MARGIN = 0.5  # loss axes stop at best + CLIP_MARGIN x |best| (see loss_axis_top)
+CLIP_MARGIN = 0.5  # parallel coordinates: the loss axis stops at best + CLIP_MARGIN x |best|
+LOG_SPAN = 2.0  # the swarm's loss axis is log-scaled where its losses span more than this factor
 
 
 def _title(sweep: pd.Series, trials: pd.DataFrame, what: str) -> str:
@@ -59,11 +60,12 @@ def loss_axis_top(losses: pd.Series) -> float:
     return float(min(losses.max(), clip))
 
 
-def swarm(sweep: pd.Series, trials: pd.DataFrame, metric: str = "train_loss") -> Figure:
+def swarm(sweep: pd.Series, trials: pd.DataFrame, metric: str = "best_valid_loss") -> Figure:
     """RHN paper Figure 4: one point per random setting, x = recurrence depth, one swarm per
-    architecture. Completed settings are filled dots, those stopped early by ASHA rings; the
-    axis stops at `loss_axis_top`, settings above it are triangles at its top edge, and
-    diverged settings crosses in a row above a dashed line; each kind is counted."""
+    architecture. Completed settings are filled dots, those stopped early by ASHA rings; every
+    setting that did not diverge is on the axis (log-scaled where the losses span more than a
+    factor of LOG_SPAN, so that the spread of the swarm, the paper's evidence, shows whole);
+    diverged settings are crosses in a row above a dashed line; each kind is counted."""
     loss = trials[f"metrics.{metric}"]
     ok = finished(trials, metric)
     diverged = trials["status"].eq("diverged")
@@ -74,58 +76,50 @@ def swarm(sweep: pd.Series, trials: pd.DataFrame, metric: str = "train_loss") ->
     fig = Figure(figsize=(9.5, 5.2), layout="constrained")
     ax = fig.add_subplot()
     finite = loss[ok]
-    clip = loss_axis_top(finite)
-    low, high = (finite.min(), finite[finite <= clip].max()) if len(finite) else (0.0, 1.0)
+    log = bool(len(finite)) and finite.min() > 0 and finite.max() > LOG_SPAN * finite.min()
+    if log:
+        ax.set_yscale("log")  # before the swarm: seaborn places its points in log space
+    to_axis, from_axis = (np.log10, lambda v: 10 ** v) if log else (float, float)
+    low, high = (to_axis(finite.min()), to_axis(finite.max())) if len(finite) else (0.0, 1.0)
     span = high - low if high > low else max(abs(high) * 0.1, 1e-6)
-    edge, line, top = high + 0.1 * span, high + 0.16 * span, high + 0.22 * span
+    line, top = from_axis(high + 0.08 * span), from_axis(high + 0.15 * span)
     points = trials[ok].assign(arch=trials["params.arch"].map(arch_label),
                                loss=loss, depth=trials["params.depth"].astype(int))
-    shown, above = points[points["loss"] <= clip], points[points["loss"] > clip]
-    if not shown.empty:
+    if not points.empty:
         with warnings.catch_warnings():  # dense swarms: some points overlap, that is fine
             warnings.simplefilter("ignore", UserWarning)
-            sns.swarmplot(data=shown, x="depth", y="loss", hue="arch", order=depths,
-                          hue_order=labels, dodge=True, size=5, ax=ax, legend=False,
-                          palette=[colors[a] for a in archs])
-        hollow_stopped(ax, shown.loc[shown["status"] == "stopped", "loss"])
+            sns.swarmplot(data=points, x="depth", y="loss", hue="arch", order=depths,
+                          hue_order=labels, dodge=True, size=4 if len(points) > 200 else 5,
+                          ax=ax, legend=False, palette=[colors[a] for a in archs])
+        hollow_stopped(ax, points.loc[points["status"] == "stopped", "loss"])
         for collection in ax.collections:
             collection.set_gid("shown")
     band = DODGE_WIDTH / len(archs)
-
-    def row(group: pd.DataFrame, y: float, gid: str, **style):
-        """One marker per setting of GROUP in a row at height Y, in its (depth, arch) slot."""
-        for (arch, depth), cell in group.groupby(["params.arch", "params.depth"]):
-            center = depths.index(depth) - DODGE_WIDTH / 2 + band * (archs.index(arch) + 0.5)
-            xs = center + np.linspace(-band / 3, band / 3, len(cell) + 2)[1:-1]
-            faces = [(1, 1, 1, 1) if s == "stopped" else colors[arch] for s in cell["status"]]
-            ax.scatter(xs, [y] * len(cell), color=faces, gid=gid, zorder=3, **style,
-                       edgecolors="black" if gid == "diverged" else [colors[arch]])
-
-    row(above, edge, "above", marker="^", s=45, linewidths=1.2)
-    row(trials[diverged], top, "diverged", marker="X", s=70, linewidth=0.6)
-    if len(above):
-        ax.axhline((high + edge) / 2, color="grey", linestyle=":", linewidth=0.8)
+    for (arch, depth), cell in trials[diverged].groupby(["params.arch", "params.depth"]):
+        center = depths.index(depth) - DODGE_WIDTH / 2 + band * (archs.index(arch) + 0.5)
+        xs = center + np.linspace(-band / 3, band / 3, len(cell) + 2)[1:-1]
+        ax.scatter(xs, [top] * len(cell), color=colors[arch], gid="diverged", zorder=3,
+                   marker="X", s=70, linewidth=0.6, edgecolors="black")
     ax.axhline(line, color="grey", linestyle="--", linewidth=0.8)
     ax.set_xticks(range(len(depths)), depths)
     ax.set_xlim(-0.5, len(depths) - 0.5)
-    ax.set_ylim(low - 0.05 * span, top + 0.06 * span)
-    ticks = [t for t in MaxNLocator(6).tick_values(low, high) if low - 0.05 * span <= t <= high
-             + 0.04 * span]
-    ax.set_yticks([*ticks, *([edge] if len(above) else []), top],
-                  [f"{t:.4g}" for t in ticks] + ([f"> {clip:.4g}"] if len(above) else [])
-                  + ["diverged"])
+    ax.set_ylim(from_axis(low - 0.05 * span), from_axis(high + 0.21 * span))
+    locator = LogLocator(subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0)) if log else MaxNLocator(6)
+    ticks = [t for t in locator.tick_values(from_axis(low), from_axis(high))
+             if low - 0.05 * span <= to_axis(t) <= high + 0.04 * span]
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.set_yticks([*ticks, top], [f"{t:.3g}" for t in ticks] + ["diverged"])
     ax.set_xlabel("recurrence depth")
-    ax.set_ylabel(f"{metric} reached ({_unit(trials)})")
-    swarm_legend(ax, trials, archs, colors, clip, above["loss"], len(points))
+    ax.set_ylabel(f"{metric} ({_unit(trials)}{', log scale' if log else ''})")
+    swarm_legend(ax, trials, archs, colors)
     notes = ", ".join(f"{n} {'stopped early' if s == 'stopped' else s}"
                       for s, n in trials["status"].value_counts().items() if s != "diverged")
-    ax.set_title(fitted(_title(sweep, trials, f"Loss each random setting reached ({notes})"),
+    ax.set_title(fitted(_title(sweep, trials, f"{metric} of each random setting ({notes})"),
                         fig, 10, share=0.75), fontsize=10)
     return fig
 
 
-def swarm_legend(ax, trials: pd.DataFrame, archs: list, colors: dict, clip: float,
-                 above: pd.Series, shown: int):
+def swarm_legend(ax, trials: pd.DataFrame, archs: list, colors: dict):
     """The swarm's legend: each arch with its divergences, then each kind of marker counted."""
     diverged = trials["status"].eq("diverged")
     handles = [Line2D([], [], marker="o", linestyle="", color=colors[a],
@@ -137,9 +131,6 @@ def swarm_legend(ax, trials: pd.DataFrame, archs: list, colors: dict, clip: floa
                        label=f"filled: completed ({counts.get('completed', 0)})"),
                 Line2D([], [], marker="o", linestyle="", color="white", markeredgecolor="black",
                        label=f"hollow: stopped early by ASHA ({counts.get('stopped', 0)})"),
-                Line2D([], [], marker="^", linestyle="", color="white", markeredgecolor="black",
-                       label=f"above {clip:.4g} (at the top edge): {len(above)} of {shown}"
-                       + (f", up to {above.max():.4g}" if len(above) else "")),
                 Line2D([], [], marker="X", linestyle="", color="white", markeredgecolor="black",
                        label=f"diverged (at top): {int(diverged.sum())} of {len(trials)}")]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8,
@@ -155,16 +146,20 @@ def hollow_stopped(ax, stopped_losses: pd.Series):
             continue
         face = np.repeat(collection.get_facecolors()[:1], len(ys), axis=0)
         edge = face.copy()
-        face[np.isin(ys, stopped_losses.to_numpy())] = (1, 1, 1, 1)
+        stopped = np.isclose(ys[:, None], stopped_losses.to_numpy()[None, :], rtol=1e-9,
+                             atol=0).any(axis=1)  # a log axis gives them back rounded
+        face[stopped] = (1, 1, 1, 1)
         collection.set_facecolors(face)
         collection.set_edgecolors(edge)
         collection.set_linewidths(1.2)
 
 
 def depth_curves(sweep: pd.Series, trials: pd.DataFrame, study: str) -> Figure:
-    """Perplexity vs recurrence depth, best valid and test side by side, measured (solid) and
-    published on PTB (dashed): ptb_budget untied/WT (RHN paper Fig. 5a, authors' README),
-    ptb_hsg with/without HSG (HSG paper Table 1). Log scale: the presets differ by orders."""
+    """Perplexity vs recurrence depth, valid and test side by side (`best_per_cell`), measured
+    (solid) and published on PTB (dashed): ptb_budget untied/WT (RHN paper Fig. 5a, authors'
+    README, at a larger weight decay than the paper states, with its depth-10 WT number at
+    the reduced decay as a star), ptb_hsg with/without HSG (HSG paper Table 1). Log scale:
+    the presets differ by orders."""
     if study == "ptb_budget":
         key, groups, pub, source = "params.tied", [(False, "untied", ""), (True, "WT", "_wt")], \
             published.PTB_BUDGET, published.RHN_PAPER
@@ -177,13 +172,19 @@ def depth_curves(sweep: pd.Series, trials: pd.DataFrame, study: str) -> Figure:
     fig = Figure(figsize=(11, 4.8), layout="constrained")
     axes = fig.subplots(1, 2, sharey=True)
     colors = sns.color_palette("colorblind", len(groups))
-    for ax, column, name in zip(axes, ("valid", "test"), ("best valid", "test")):
+    larger = " at a larger weight decay" if study == "ptb_budget" else ""
+    reduced = published.PTB_REDUCED_DECAY
+    for ax, column, name in zip(axes, ("valid", "test"), ("valid", "test")):
         for color, (value, label, suffix) in zip(colors, groups):
             mine = cells[cells["key"] == value].sort_values("depth")
             ax.plot(mine["depth"], mine[column], "o-", color=color,
                     label=f"{label}, {ds} (measured)")
             ax.plot(pub.index, pub[column + suffix], "s--", color=color, mfc="none",
-                    label=f"{label}, PTB (published)")
+                    label=f"{label}, PTB (published{larger})")
+            if study == "ptb_budget" and value == reduced["tied"]:
+                ax.plot([reduced["depth"]], [reduced[column]], "*", color=color, ms=11,
+                        label=f"{label}, PTB (published, weight decay "
+                        f"{reduced['weight_decay']:g})")
             bad = mine[mine["status"].isin(["diverged", "failed"])]
             ax.scatter(bad["depth"], [0.97] * len(bad), marker="X", color=color, s=60,
                        transform=blended_transform_factory(ax.transData, ax.transAxes))
@@ -195,8 +196,8 @@ def depth_curves(sweep: pd.Series, trials: pd.DataFrame, study: str) -> Figure:
     axes[0].set_ylabel("perplexity (log scale)")
     missing = int(cells["test"].isna().sum())
     axes[1].set_title(fitted(f"test perplexity ({missing} of {len(cells)} measured cells have "
-                             "none: stopped early by ASHA, diverged (X at top) or failed)",
-                             fig, 9, share=0.45), fontsize=9)
+                             "none: best trial stopped early by ASHA, diverged (X at top) or "
+                             "failed)", fig, 9, share=0.45), fontsize=9)
     fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=2,
                fontsize=8)
     fig.suptitle(fitted(_title(sweep, trials, f"{study}: perplexity vs depth; published: "
@@ -344,7 +345,7 @@ def make(kind: str, exp: store.Experiment, sweep: str | None = None,
          metric: str | None = None, top: int = 5) -> Figure:
     """The figure KIND drawn from a sweep of EXP (default: its latest sweep)."""
     chosen, trials = store.sweep_trials(exp, sweep)
-    metric = metric or ("train_loss" if kind == "swarm" else "valid_loss")
+    metric = metric or ("best_valid_loss" if kind == "swarm" else "valid_loss")
     if f"metrics.{metric}" not in trials:
         raise UserError(f"no metric {metric!r} in sweep {chosen['sweep']}: use one of "
                         f"{', '.join(c[8:] for c in trials if c.startswith('metrics.'))}")

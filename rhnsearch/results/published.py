@@ -23,13 +23,22 @@ PTB_HSG = pd.DataFrame({
     "test": [65.4, 63.2, 63.4, 63.6],
 }).set_index("depth")
 
-# RHN paper, section 5.1 and Figure 4 (JSB Chorales), in our words.
-JSB_FINDING = ("RHN paper (section 5.1, Figure 4): with random optimization settings, the best "
-               "RHNs do not get worse as the recurrence gets deeper, while DT-RNN and DT(S)-RNN "
-               "settings spread out and get worse at depths 4 and 6, many of them failing to "
-               "train or diverging.")
+# RHN paper, section 5.2.1: "For the best 10 layer model, reducing the weight decay further
+# improves the results to 67.9/65.4 validation/test perplexity" (WT; the authors' ptb_sota
+# config, weight decay 1e-7). The Figure 5a curve above was run at a larger decay, unstated.
+PTB_REDUCED_DECAY = {"depth": 10, "tied": True, "valid": 67.9, "test": 65.4,
+                     "weight_decay": 1e-7}
 
-# RHN paper, section 5.2.1 and Figure 5a (PTB at a fixed budget), in our words.
-PTB_BUDGET_FINDING = ("RHN paper (section 5.2.1, Figure 5a): at a fixed parameter budget on "
-                      "PTB, deeper and narrower RHNs reach lower perplexity than depth 1, the "
-                      "gains levelling off around depths 5 to 8.")
+# The papers' findings, as the papers word them (quoted), for the reports to set beside the
+# measured numbers.
+JSB_FINDING = ('RHN paper (section 5.1, Figure 4): "both DT-RNN and DT(S)-RNN become '
+               'considerably harder to optimize with increasing depth. Similar to feedforward '
+               'Highway networks, increasing the recurrence depth does not adversely affect '
+               'optimization of RHNs." (Figure 4: "For architectures other than RHN, the random '
+               'search was unable to find good hyperparameters when depth increased.")')
+
+PTB_BUDGET_FINDING = ('RHN paper (section 5.2.1, Figure 5a), at a fixed budget of 32M '
+                      'parameters on PTB, untied and with WT: "In both cases the test score '
+                      'improves as the recurrence depth increases from 1 to 10." "For the best '
+                      '10 layer model, reducing the weight decay further improves the results '
+                      'to 67.9/65.4 validation/test perplexity."')

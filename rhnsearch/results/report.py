@@ -113,11 +113,11 @@ def study_figure(chosen: pd.Series, trials: pd.DataFrame) -> str:
                      f"{chosen['study']}: perplexity vs depth, published numbers overlaid")
     if kind == "swarm" or trials["params.arch"].nunique() > 1 or \
             trials["params.depth"].nunique() > 1:
-        return note("Each point is one setting (filled: completed, hollow: stopped early by "
-                    "ASHA, X: diverged). Settings whose loss is more than "
-                    f"{plots.CLIP_MARGIN:.0%} above the best (and above the lower quartile) "
-                    "are triangles at the axis' top edge, so the band near the best stays "
-                    "readable." + gaps_sentence(trials)) + \
+        return note("Each point is one setting's best_valid_loss, the quantity the search "
+                    "selects on and the table and the finding use (filled: completed, hollow: "
+                    "stopped early by ASHA, X: diverged); every setting that did not diverge "
+                    "is on the axis (log-scaled where the losses span more than a factor of "
+                    f"{plots.LOG_SPAN:g})." + gaps_sentence(trials)) + \
             drawn(lambda: plots.swarm(chosen, trials), "loss of each setting vs depth")
     return note("One (architecture, depth) cell: no swarm to draw; see the table.")
 
@@ -159,10 +159,10 @@ def study_table(chosen: pd.Series, trials: pd.DataFrame) -> str:
         finding = ""
     if study in tables.STUDIES:
         return finding + html_table(tables.build(study, trials), tables.caption(
-            study, chosen, trials, "train_loss"), "study-table")
+            study, chosen, trials, "best_valid_loss"), "study-table")
     return html_table(tables.jsb_optimization(trials), f"{study}: settings, how they ended "
-                      "and train_loss per architecture and depth (no published numbers for "
-                      "this study).", "study-table")
+                      "and best_valid_loss per architecture and depth (no published numbers "
+                      "for this study).", "study-table")
 
 
 def parallel(chosen: pd.Series, trials: pd.DataFrame) -> str:

@@ -79,7 +79,7 @@ class Space(Strict):
     description: str = ""
     dataset: str
     archs: list[str] = Field(min_length=1)
-    depths: list[int] = Field(min_length=1)
+    depths: list[int] | dict[str, list[int]]     # for every arch, or {arch: depths}
     tied: list[bool] = [False]
     budget: int | dict[int, int] | None = None  # parameters, per depth or for all depths
     budget_untied: bool = False                  # tied cells keep the untied cell's width
@@ -114,8 +114,9 @@ class Space(Strict):
     @field_validator("depths")
     @classmethod
     def positive_depths(cls, v):
-        if any(d < 1 for d in v):
-            raise ValueError(f"depths must be positive integers, got {v}")
+        for depths in v.values() if isinstance(v, dict) else [v]:
+            if not depths or any(d < 1 for d in depths):
+                raise ValueError(f"depths must be positive integers, got {depths}")
         return v
 
     @field_validator("budget", mode="before")
@@ -144,8 +145,11 @@ class Space(Strict):
     def sizes(self):
         if (self.budget is None) == (self.width is None):
             raise ValueError("give either budget (parameters per depth) or width, not both")
+        if isinstance(self.depths, dict) and set(self.depths) != set(self.archs):
+            raise ValueError(f"depths gives the depths of {sorted(self.depths)}, archs are "
+                             f"{sorted(self.archs)}: give each arch of archs its depths")
         if isinstance(self.budget, dict):
-            missing = [d for d in self.depths if d not in self.budget]
+            missing = [d for a in self.archs for d in self.depths_of(a) if d not in self.budget]
             if missing:
                 raise ValueError(f"budget has no entry for depth {missing[0]}: add one")
         epochs = self.fixed.get("epochs")
@@ -159,6 +163,10 @@ class Space(Strict):
             raise ValueError(f"scheduler.grace_period ({self.scheduler.grace_period}) must be "
                              f"below fixed.epochs ({self.epochs}) for ASHA to stop anything")
         return self
+
+    def depths_of(self, arch: str) -> list[int]:
+        """The recurrence depths of ARCH's cells."""
+        return self.depths[arch] if isinstance(self.depths, dict) else self.depths
 
     @property
     def epochs(self) -> int:
@@ -183,7 +191,7 @@ class Space(Strict):
         of arch, depth, tied, width, params."""
         cells = {}
         for arch in self.archs:
-            for depth in self.depths:
+            for depth in self.depths_of(arch):
                 check_arch(arch, depth)
                 for tied in self.tied:
                     get_task(self.task).check(tied)
@@ -202,7 +210,8 @@ class Space(Strict):
 
     @property
     def num_trials(self) -> int:
-        return len(self.archs) * len(self.depths) * len(self.tied) * self.samples * self.seeds
+        depths = sum(len(self.depths_of(arch)) for arch in self.archs)
+        return depths * len(self.tied) * self.samples * self.seeds
 
 
 def deep_merge(base: dict, over: dict) -> dict:
@@ -296,7 +305,8 @@ def load_space(path, preset: str | None = None, overrides=(), study: str | None 
         raise UserError(f"{path}: {field}: {msg}") from None
     try:
         TrialConfig.from_dict({**space.fixed, "dataset": space.dataset,
-                               "arch": space.archs[0], "depth": space.depths[0],
+                               "arch": space.archs[0],
+                               "depth": space.depths_of(space.archs[0])[0],
                                "width": 1}).validate()
     except UserError as exc:
         raise UserError(f"{path}: fixed.{exc}") from None
