@@ -15,7 +15,7 @@ DEFAULT_STORE = "results/mlflow.db"
 def resolve_tracking_uri(uri: str | None) -> str:
     """The user's URI, else $MLFLOW_TRACKING_URI, else the sqlite store under results/;
     relative sqlite paths are made absolute so that every process of the sweep writes to the
-    same file.
+    same file. Nothing is created (`open_store` makes a sqlite store's folder).
 
     MLflow's client retries a request that timed out, POSTs included, so one that reached the
     server could create a second run: its retries are off here (unless the environment sets
@@ -23,18 +23,41 @@ def resolve_tracking_uri(uri: str | None) -> str:
     """
     uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{DEFAULT_STORE}"
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        path = Path(uri.removeprefix("sqlite:///")).resolve()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        uri = f"sqlite:///{path}"
+        uri = f"sqlite:///{Path(uri.removeprefix('sqlite:///')).resolve()}"
     if uri.startswith(("http://", "https://")):
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     return uri
 
 
+def sqlite_path(uri: str) -> Path | None:
+    return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
+
+
+def open_store(uri: str | None) -> str:
+    """The store a sweep writes to, resolved and checked: a sqlite store is made where it is
+    missing (its folder first)."""
+    uri = resolve_tracking_uri(uri)
+    if sqlite_path(uri):
+        sqlite_path(uri).parent.mkdir(parents=True, exist_ok=True)
+    check_store(uri)
+    return uri
+
+
+def existing_store(uri: str | None) -> str:
+    """The store a reading command reads, resolved and checked; a sqlite store that is not
+    there is a one-line UserError, and nothing is made."""
+    uri = resolve_tracking_uri(uri)
+    if sqlite_path(uri) and not sqlite_path(uri).is_file():
+        raise UserError(f"no MLflow store at {sqlite_path(uri)}: run a sweep first, or pass "
+                        "--tracking-uri of an existing store")
+    check_store(uri)
+    return uri
+
+
 def artifact_root(uri: str, experiment: str) -> str | None:
     """Artifacts of a sqlite store live beside it (results/artifacts/EXPERIMENT)."""
-    if uri.startswith("sqlite:///"):
-        return (Path(uri.removeprefix("sqlite:///")).parent / "artifacts" / experiment).as_uri()
+    if sqlite_path(uri):
+        return (sqlite_path(uri).parent / "artifacts" / experiment).as_uri()
     return None
 
 

@@ -12,7 +12,7 @@ from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
 from ..errors import UserError
-from ..tracking_store import check_store, resolve_tracking_uri
+from ..tracking_store import existing_store
 from .checkpoint import best_run_id, load_trainer, run_of_model_uri
 from .gates import activity_figure, activity_table, gate_activity, hsg_figure, hsg_gate_values
 from .lesion import lesion, lesion_figure
@@ -39,9 +39,7 @@ def open_run(run_id: str | None, best: bool = False, experiment: str | None = No
     if best and not experiment:
         raise UserError("--best needs --experiment NAME (the sweep's experiment, e.g. "
                         "jsb_optimization)")
-    uri = resolve_tracking_uri(tracking_uri)
-    check_store(uri)
-    client = MlflowClient(uri)
+    client = MlflowClient(existing_store(tracking_uri))
     if best:
         run_id = best_run_id(client, experiment)
     elif run_id.startswith("models:/"):

@@ -31,14 +31,13 @@ def runs_table_url(base: str, experiment_id: str) -> str:
 def run_ui(args):
     from mlflow.tracking import MlflowClient
 
-    from ..tracking_store import check_store, resolve_tracking_uri
+    from ..tracking_store import open_store
 
     with socket.socket() as probe:
         if probe.connect_ex((args.host, args.port)) == 0:
             raise UserError(f"port {args.port} on {args.host} is already in use: pass "
                             "--port with a free one")
-    uri = resolve_tracking_uri(args.tracking_uri)
-    check_store(uri)
+    uri = open_store(args.tracking_uri)
     base = f"http://{args.host}:{args.port}"
     print(f"MLflow UI on {base} for {uri}", file=sys.stderr)
     for experiment in MlflowClient(uri).search_experiments():

@@ -28,7 +28,8 @@ def check_arch(arch: str, depth: int = 1, width: int = 1):
         raise UserError(f"depth and width must be positive integers, got depth={depth!r} "
                         f"width={width!r}")
     if arch == "lstm" and depth != 1:
-        raise UserError(f"lstm has no recurrence depth: use depth 1, not {depth}")
+        raise UserError(f"lstm has no recurrence depth: use depth 1, not {depth} (a space "
+                        "gives it its own with arch_depths: {lstm: [1]})")
 
 
 def build_layer(arch: str, input_size: int, width: int, depth: int, drop_i: float = 0.0,

@@ -9,7 +9,6 @@ Columns follow mlflow.search_runs: ids and tags plain (with the provenance tags:
 library versions, where each trial trained), then `params.*` and `metrics.*`.
 """
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -17,7 +16,7 @@ from mlflow.tracking import MlflowClient
 
 from ..errors import UserError
 from ..provenance import COMMIT_TAG, TAGS
-from ..tracking_store import check_store, resolve_tracking_uri
+from ..tracking_store import existing_store
 from . import histories, snapshot
 
 ID_COLUMNS = ["experiment", "sweep", "parent_run_id", "run_id", "run_name", "trial_id",
@@ -43,11 +42,7 @@ class Experiment:
 
 def open_experiment(name: str, tracking_uri: str | None = None) -> Experiment:
     """The experiment NAME of the store, or a one-line UserError if it is not there."""
-    uri = resolve_tracking_uri(tracking_uri)
-    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
-        raise UserError(f"no MLflow store at {uri.removeprefix('sqlite:///')}: run a sweep "
-                        "first, or pass --tracking-uri of an existing store")
-    check_store(uri)
+    uri = existing_store(tracking_uri)
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name(name)
     if experiment is None:

@@ -79,7 +79,8 @@ class Space(Strict):
     description: str = ""
     dataset: str
     archs: list[str] = Field(min_length=1)
-    depths: list[int] | dict[str, list[int]]     # for every arch, or {arch: depths}
+    depths: list[int] = Field(min_length=1)
+    arch_depths: dict[str, list[int]] = {}       # an arch's own depths, e.g. {lstm: [1]}
     tied: list[bool] = [False]
     budget: int | dict[int, int] | None = None  # parameters, per depth or for all depths
     budget_untied: bool = False                  # tied cells keep the untied cell's width
@@ -114,9 +115,16 @@ class Space(Strict):
     @field_validator("depths")
     @classmethod
     def positive_depths(cls, v):
-        for depths in v.values() if isinstance(v, dict) else [v]:
+        if any(d < 1 for d in v):
+            raise ValueError(f"depths must be positive integers, got {v}")
+        return v
+
+    @field_validator("arch_depths")
+    @classmethod
+    def positive_arch_depths(cls, v):
+        for arch, depths in v.items():
             if not depths or any(d < 1 for d in depths):
-                raise ValueError(f"depths must be positive integers, got {depths}")
+                raise ValueError(f"{arch}'s depths must be positive integers, got {depths}")
         return v
 
     @field_validator("budget", mode="before")
@@ -145,9 +153,9 @@ class Space(Strict):
     def sizes(self):
         if (self.budget is None) == (self.width is None):
             raise ValueError("give either budget (parameters per depth) or width, not both")
-        if isinstance(self.depths, dict) and set(self.depths) != set(self.archs):
-            raise ValueError(f"depths gives the depths of {sorted(self.depths)}, archs are "
-                             f"{sorted(self.archs)}: give each arch of archs its depths")
+        strangers = sorted(set(self.arch_depths) - set(self.archs))
+        if strangers:
+            raise ValueError(f"arch_depths names {strangers[0]!r}, which is not in archs")
         if isinstance(self.budget, dict):
             missing = [d for a in self.archs for d in self.depths_of(a) if d not in self.budget]
             if missing:
@@ -165,8 +173,8 @@ class Space(Strict):
         return self
 
     def depths_of(self, arch: str) -> list[int]:
-        """The recurrence depths of ARCH's cells."""
-        return self.depths[arch] if isinstance(self.depths, dict) else self.depths
+        """The recurrence depths of ARCH's cells: its arch_depths, else depths."""
+        return self.arch_depths.get(arch, self.depths)
 
     @property
     def epochs(self) -> int:

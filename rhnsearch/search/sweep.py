@@ -29,7 +29,7 @@ from ..data.recorded import dataset_input
 from ..errors import UserError, first_line
 from ..provenance import provenance_tags
 from ..results import histories, snapshot
-from ..tracking_store import check_store, resolve_tracking_uri
+from ..tracking_store import check_store, open_store
 from . import storage
 from .checkpoints import (KeepNewestCheckpoint, check_saved_state,
                           repair_checkpoint_names, saved_trial_ids)
@@ -139,8 +139,7 @@ def run_sweep(space_path, preset=None, overrides=(), address=None, search=None,
     scheduler = scheduler or space.scheduler.name
     data_root = default_data_dir(data_dir).resolve()
     data = load_dataset(space.dataset, data_root)  # fetched on first use, before Ray starts
-    uri = resolve_tracking_uri(tracking_uri)  # makes the sqlite store: after every check
-    check_store(uri)                          # of the user's input
+    uri = open_store(tracking_uri)  # makes the sqlite store: after every check of the input
     cells = space.cells_for(data)
     name = name or f"{space.study}-{preset or 'base'}-{datetime.now():%Y%m%d-%H%M%S}"
     experiment_path = storage.join(root, name)
