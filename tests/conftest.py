@@ -1,7 +1,9 @@
 """Shared fixtures: the real data in ../shared/data (or $RHNSEARCH_TEST_DATA), the smoke
-sweeps of the session, and real Ray clusters of `ray start` nodes on loopback."""
+sweeps of the session, and real Ray clusters of `ray start` nodes on loopback; the tiers
+(tiers.py) that the fixtures a test uses give it."""
 import functools
 import http.server
+import importlib.util
 import io
 import json
 import logging
@@ -19,11 +21,61 @@ from pathlib import Path
 
 import psutil
 import pytest
+import tiers
 from lab_services import mlflow_pg_server, postgres_uri  # noqa: F401 (fixtures of the session)
 
 ROOT = Path(__file__).resolve().parents[1]
 JSB_SPACE = ROOT / "spaces" / "jsb_optimization.yaml"
 SHARED_DATA = Path(os.environ.get("RHNSEARCH_TEST_DATA", ROOT.parent / "shared" / "data"))
+SLOW_SECONDS = 30  # a test of the fast tier that runs longer fails: mark it slow
+
+# The tiers each fixture gives the tests that use it, directly or through another fixture.
+SWEEP = ("slow", "cluster")
+FIXTURE_TIERS = {
+    "jsb_smoke": SWEEP, "ptb_budget_smoke": SWEEP, "ptb_hsg_smoke": SWEEP,
+    "jsb_diverging": SWEEP, "sweeps": SWEEP, "ray_sweep": SWEEP, "cluster": ("cluster",),
+    "local_ray": ("cluster",), "s3_server": ("services",), "postgres_uri": ("services",),
+    "mlflow_pg_server": ("services",), "mlflow_server": ("services",),
+    "mlflow_srv": ("services",), "browser": ("services",), "slurm": ("services", "cluster"),
+}
+
+
+def pytest_configure(config):
+    for name, text in tiers.TIERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        for name in item.fixturenames:  # the closure: fixtures of fixtures too
+            for tier in FIXTURE_TIERS.get(name, ()):
+                item.add_marker(tier)
+
+
+@pytest.fixture(autouse=True)
+def _tier_guard(request):
+    """Holds the running test for `tiers.needs`; an unmarked test that left Ray running in
+    this process fails."""
+    tiers.RUNNING["item"] = request.node
+    yield
+    tiers.RUNNING.pop("item", None)
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized() and not request.node.get_closest_marker(
+            "cluster"):
+        ray.shutdown()
+        pytest.fail(f"{request.node.nodeid} started Ray: mark it `cluster`", pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A test of the fast tier that took longer than SLOW_SECONDS fails: mark it `slow`."""
+    report = yield
+    if (call.when == "call" and report.passed and call.duration > SLOW_SECONDS
+            and not any(item.get_closest_marker(t) for t in tiers.TIERS)):
+        report.outcome = "failed"
+        report.longrepr = (f"{item.nodeid} took {call.duration:.0f} s, more than the fast "
+                           f"tier's {SLOW_SECONDS} s: mark it `slow`")
+    return report
 
 
 @pytest.fixture(scope="session")
@@ -48,9 +100,12 @@ def ptb_sample(data_dir):
 @contextmanager
 def http_file_server(root: Path):
     """A real HTTP server on 127.0.0.1 serving the files under `root`; yields its URL."""
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *a: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):  # no request or error lines on the test's stderr
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                             functools.partial(Quiet, directory=str(root)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
@@ -59,9 +114,15 @@ def http_file_server(root: Path):
         server.server_close()
 
 
-def rhnsearch_cli(*args, cwd, timeout=900, check=True, env=None):
+# Commands that start Ray (unless they refuse their input first, exit 2) or a server.
+STARTS = {("sweep", "run"): "cluster", ("sweep", "resume"): "cluster",
+          ("sweep", "submit"): "cluster", ("ui",): "services"}
+
+
+def rhnsearch_cli(*args, cwd, timeout=300, check=True, env=None):
     """Run the real `rhnsearch` command line in a subprocess (its whole process group is
-    killed if it outlives `timeout`, so no Ray process is left behind)."""
+    killed if it outlives `timeout`, so no Ray process is left behind). A command that
+    started Ray or a server fails a test that lacks the tier (tiers.needs)."""
     proc = subprocess.Popen([sys.executable, "-m", "rhnsearch.cli", *map(str, args)], cwd=cwd,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **(env or {})}, start_new_session=True)
@@ -73,6 +134,10 @@ def rhnsearch_cli(*args, cwd, timeout=900, check=True, env=None):
         raise AssertionError(f"rhnsearch {' '.join(map(str, args))} ran over {timeout}s:\n"
                              f"{err[-4000:]}") from None
     result = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    words = tuple(map(str, args))
+    for start, tier in STARTS.items():
+        if words[:len(start)] == start and proc.returncode != 2:
+            tiers.needs(tier, f"ran `rhnsearch {' '.join(start)}`")
     if check and proc.returncode != 0:
         raise AssertionError(f"rhnsearch {' '.join(map(str, args))} exited "
                              f"{proc.returncode}:\n{err[-4000:]}\nstdout:\n{out[-3000:]}")
@@ -191,6 +256,9 @@ def s3_server(tmp_path_factory):
     are in this process's environment (pyarrow and boto3 read them, and the Ray nodes the
     tests start inherit them); a storage URI names its endpoint (S3Server.uri)."""
     from s3_server import S3Server
+    tiers.needs("services", "starts the S3 server")
+    if importlib.util.find_spec("moto") is None:
+        tiers.missing("moto's S3 server", "pip install -e '.[test]'")
     server = S3Server(tmp_path_factory.mktemp("s3"), free_port())
     saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
                                             "AWS_DEFAULT_REGION")}
@@ -202,6 +270,12 @@ def s3_server(tmp_path_factory):
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def browser() -> str:
+    """Debian's headless Chromium (a test that needs one fails in CI where it is missing)."""
+    return tiers.chromium()
 
 
 def free_port() -> int:
@@ -245,6 +319,7 @@ class RayCluster:
             for arg in (flag, str(free_port()))]
 
     def _start(self, cmd: list[str], hide=()):
+        tiers.needs("cluster", "starts Ray nodes")
         if hide:  # mount the tmpfs, then start the node inside that namespace
             mounts = " && ".join(f"mount -t tmpfs tmpfs {p}" for p in hide)
             cmd = ["unshare", "-m", "--propagation", "private", "sh", "-c",
@@ -308,6 +383,7 @@ class Sweep:
     it, as it comes."""
 
     def __init__(self, cwd: Path, name: str, data_dir: Path, *args, storage=None, env=None):
+        tiers.needs("cluster", "runs a sweep")
         self.cwd, self.name = cwd, name
         self.storage = str(storage or cwd / "results" / "sweeps")
         self.out, self.err = open(cwd / f"{name}.out", "w+"), open(cwd / f"{name}.err", "w+")

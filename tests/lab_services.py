@@ -2,7 +2,8 @@
 machine's Debian cluster (started if it is down), and an `mlflow server` backed by it.
 
 PostgreSQL must be installed (Debian's `postgresql`; `.ci/run` installs it): where it is
-missing or cannot be started, the fixtures fail with the reason, they do not skip."""
+missing, a test skips naming the package (fails in CI); where it cannot be started, the
+fixtures fail with the reason."""
 import os
 import secrets
 import shutil
@@ -16,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import tiers
 
 
 class ServiceError(RuntimeError):
@@ -33,8 +35,8 @@ def postgres_cluster() -> int:
     """The port of the machine's PostgreSQL cluster (the first pg_lsclusters lists), started
     with pg_ctlcluster if it is down."""
     if shutil.which("pg_lsclusters") is None:
-        raise ServiceError("PostgreSQL is not installed (no pg_lsclusters): install Debian's "
-                           "`postgresql` (apt-get install postgresql), as .ci/run does")
+        tiers.missing("Debian's PostgreSQL (no pg_lsclusters)",
+                      "apt-get install -y postgresql, as .ci/run does")
     lines = _run(["pg_lsclusters", "--no-header"], "listing PostgreSQL clusters").splitlines()
     if not lines:
         raise ServiceError("no PostgreSQL cluster: create one (pg_createcluster 15 main)")
@@ -55,6 +57,7 @@ def postgres_database():
     """A fresh role and database of their own, with a password: yields their
     postgresql://user:password@127.0.0.1:PORT/db URI; both are dropped afterwards."""
     port = postgres_cluster()
+    tiers.needs("services", "uses PostgreSQL")
     name, password = f"rhn_{secrets.token_hex(6)}", secrets.token_hex(16)
     psql(port, f"CREATE ROLE {name} LOGIN PASSWORD '{password}'")
     try:
@@ -79,6 +82,7 @@ def mlflow_server(backend_uri: str, workdir: Path, timeout: float = 180,
     ENV added to its environment; with LOGIN, behind MLflow's basic-auth app, whose admin is
     named in ENV and whose users are kept in WORKDIR): yields its URL once /health answers;
     its process group is killed afterwards."""
+    tiers.needs("services", "starts an MLflow server")
     port, log = free_port(), open(workdir / "mlflow-server.log", "w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_uri,

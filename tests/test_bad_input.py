@@ -21,7 +21,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import JSB_SPACE, ROOT, free_port, http_file_server, rhnsearch_cli
+from conftest import JSB_SPACE, ROOT, free_port, http_file_server, rhnsearch_cli, rhnsearch_main
 from rhnsearch.cli import main
 from rhnsearch.errors import UserError
 from rhnsearch.search.space import load_space
@@ -202,13 +202,13 @@ def empty_valid_split(raw: str) -> str:
     return json.dumps({**json.loads(raw), "valid": []})
 
 
-@pytest.mark.parametrize("edit,expected", [
-    (None, "not found in data dir"),
-    (truncate, "is corrupt (sha256 differs"),
-    (pitch_out_of_range, "is corrupt (sha256 differs"),
-    (empty_valid_split, "is corrupt (sha256 differs"),
+@pytest.mark.parametrize("edit,expected,run", [
+    (None, "not found in data dir", rhnsearch_cli),  # and once in a process of its own
+    (truncate, "is corrupt (sha256 differs", rhnsearch_main),
+    (pitch_out_of_range, "is corrupt (sha256 differs", rhnsearch_main),
+    (empty_valid_split, "is corrupt (sha256 differs", rhnsearch_main),
 ])
-def test_bad_data_is_one_line_and_writes_nothing(edit, expected, tmp_path, data_dir):
+def test_bad_data_is_one_line_and_writes_nothing(edit, expected, run, tmp_path, data_dir):
     """Through the CLI: the sha256 check catches any edit before the JSON is parsed (the
     parser's own errors are in test_data.py); a missing file with no network is one line."""
     data, work = tmp_path / "data", tmp_path / "work"
@@ -217,9 +217,8 @@ def test_bad_data_is_one_line_and_writes_nothing(edit, expected, tmp_path, data_
         (data / JSB_FILE).parent.mkdir(parents=True)
         (data / JSB_FILE).write_text(edit((data_dir / JSB_FILE).read_text()))
     before = {p: p.read_bytes() for p in files_under(data) if p.is_file()}
-    proc = rhnsearch_cli("sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir", data,
-                         cwd=work, check=False, timeout=300,
-                         env={"RHNSEARCH_DATA_MIRROR": "http://127.0.0.1:9"})
+    proc = run("sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir", data,
+               cwd=work, check=False, env={"RHNSEARCH_DATA_MIRROR": "http://127.0.0.1:9"})
     one_line_error(proc.returncode, proc.stderr, expected)
     assert files_under(work) == []
     assert {p: p.read_bytes() for p in files_under(data) if p.is_file()} == before
@@ -240,8 +239,8 @@ def test_wrong_mlflow_uri_is_one_line(uri, web_server, tmp_path, data_dir):
     uri = web_server if uri == "WEB" else uri
     work = tmp_path / "work"
     work.mkdir()
-    proc = rhnsearch_cli("sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir",
-                         data_dir, "--tracking-uri", uri, cwd=work, check=False, timeout=300)
+    proc = rhnsearch_main("sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir",
+                          data_dir, "--tracking-uri", uri, cwd=work, check=False)
     one_line_error(proc.returncode, proc.stderr, f"{uri} is not a working MLflow tracking store")
     assert files_under(work) == []
 
@@ -251,8 +250,38 @@ def test_ui_port_in_use_is_one_line(tmp_path):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        proc = rhnsearch_cli("ui", "--port", port, cwd=tmp_path, check=False, timeout=120)
+        proc = rhnsearch_main("ui", "--port", port, cwd=tmp_path, check=False)
     one_line_error(proc.returncode, proc.stderr, f"port {port} on 127.0.0.1 is already in use")
+    assert files_under(tmp_path) == []
+
+
+READERS = {  # the commands that only read a store (their output aside)
+    "results export": ["results", "export", "--experiment", "jsb_optimization", "--out",
+                       "t.csv"],
+    "results plot": ["results", "plot", "swarm", "--out", "swarm.png"],
+    "results table": ["results", "table", "--study", "jsb_optimization"],
+    "results report": ["results", "report", "--experiment", "jsb_optimization", "--out",
+                       "r.html"],
+    "analyze": ["analyze", "gates", "0123456789abcdef"],
+}
+
+
+@pytest.mark.parametrize("store", ["--tracking-uri", "default"])
+@pytest.mark.parametrize("command", list(READERS))
+def test_reading_commands_make_no_store(command, store, tmp_path):
+    """A command that only reads, on a store that is not there: one line naming it, exit 2,
+    and no file made (MLflow would make an empty database and print its migrations)."""
+    where = ["--tracking-uri", "sqlite:///missing.db"] if store != "default" else []
+    proc = rhnsearch_main(*READERS[command], *where, cwd=tmp_path, check=False,
+                          env={"MLFLOW_TRACKING_URI": ""})
+    one_line_error(proc.returncode, proc.stderr, "no MLflow store at")
+    assert files_under(tmp_path) == []
+
+
+def test_sweep_status_of_an_unreachable_cluster_writes_nothing(tmp_path):
+    proc = rhnsearch_main("sweep", "status", "rhnsearch-x", "--address", "http://127.0.0.1:9",
+                          cwd=tmp_path, check=False)
+    one_line_error(proc.returncode, proc.stderr, "not reachable")
     assert files_under(tmp_path) == []
 
 

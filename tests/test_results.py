@@ -130,17 +130,18 @@ def test_export_errors_are_one_line_and_nothing_is_overwritten(jsb_smoke, tmp_pa
 
 
 # -- plots ----------------------------------------------------------------------------------
-def test_swarm_draws_every_setting_on_a_readable_axis(jsb_smoke, jsb_diverging, tmp_path):
-    """Each setting is one marker: completed filled, stopped early hollow, at its loss when
-    within the axis; above it, a triangle at the top edge; diverged, a cross in the row above.
-    The axis stops near the best losses, so their band fills it."""
+def test_swarm_draws_every_setting_on_its_axis(jsb_smoke, jsb_diverging, tmp_path):
+    """Each setting is one marker at its best_valid_loss (the quantity of the table and the
+    finding): completed filled, stopped early hollow, every one that did not diverge inside
+    the axis (log-scaled where the losses span more than LOG_SPAN), diverged ones crosses in
+    one row above them."""
     from rhnsearch.results import plots, store
 
-    clipped = []
+    scales = set()
     for sweep in (jsb_smoke, jsb_diverging):
         experiment, runs = sweep.experiment, sweep.child_runs()
         diverged = sum(r.data.tags["status"] == "diverged" for r in runs)
-        drawn = {r.data.metrics["train_loss"]: r.data.tags["status"] for r in runs
+        drawn = {r.data.metrics["best_valid_loss"]: r.data.tags["status"] for r in runs
                  if r.data.tags["status"] in ("completed", "stopped")}
         for suffix in (".png", ".svg"):
             results(sweep, "plot", "swarm", "--experiment", experiment, "--out",
@@ -151,43 +152,35 @@ def test_swarm_draws_every_setting_on_a_readable_axis(jsb_smoke, jsb_diverging, 
                                                                   sweep.tracking_uri))
         ax = plots.swarm(chosen, trials).axes[0]
         kinds = {gid: [c for c in ax.collections if c.get_gid() == gid]
-                 for gid in ("shown", "above", "diverged")}
+                 for gid in ("shown", "diverged")}
         assert sum(map(len, kinds.values())) == len(ax.collections)
         xy = {gid: np.concatenate([c.get_offsets() for c in cs]) if cs else np.empty((0, 2))
               for gid, cs in kinds.items()}
-        best, clip = min(drawn), plots.loss_axis_top(pd.Series(list(drawn)))
-        assert clip >= best * (1 + plots.CLIP_MARGIN) or clip == max(drawn)
-        inside = sorted(loss for loss in drawn if loss <= clip)
-        assert sorted(xy["shown"][:, 1]) == pytest.approx(inside)
-        assert len(xy["above"]) == len(drawn) - len(inside)
+        assert sorted(xy["shown"][:, 1]) == pytest.approx(sorted(drawn))  # every one, at it
         assert len(xy["diverged"]) == diverged
         for collection in kinds["shown"]:  # hollow if and only if stopped early
             for face, (_, loss) in zip(collection.get_facecolors(), collection.get_offsets()):
-                assert (tuple(face) == (1, 1, 1, 1)) == (drawn[loss] == "stopped")
-        assert sum(tuple(f) == (1, 1, 1, 1) for c in kinds["above"]
-                   for f in c.get_facecolors()) == sum(
-                       drawn[loss] == "stopped" for loss in drawn if loss > clip)
+                stopped = [s for value, s in drawn.items() if value == pytest.approx(loss)]
+                assert (tuple(face) == (1, 1, 1, 1)) == (stopped == ["stopped"])
+        log = max(drawn) > plots.LOG_SPAN * min(drawn)
+        assert ax.get_yscale() == ("log" if log else "linear")
+        scales.add(ax.get_yscale())
         low, high = ax.get_ylim()
-        band_top = xy["shown"][:, 1].max()
-        rows = [xy[gid][:, 1] for gid in ("above", "diverged") if len(xy[gid])]
-        assert all(len(set(r)) == 1 for r in rows)  # one row each, above the band, in order
-        assert [r[0] for r in rows] == sorted(r[0] for r in rows)
-        assert all(band_top < r[0] < high for r in rows)
-        assert (band_top - xy["shown"][:, 1].min()) / (high - low) > 0.6  # the band is readable
-        if len(xy["above"]):
-            clipped.append(experiment)
-            assert high < max(drawn)
+        assert low < min(drawn) and max(drawn) < high
+        if diverged:  # one row, above every setting that did not diverge
+            assert len(set(xy["diverged"][:, 1])) == 1
+            assert max(drawn) < xy["diverged"][0, 1] < high
 
         texts = svg_texts(tmp_path / f"{experiment}.svg")
         count = {s: sum(v == s for v in drawn.values()) for s in ("completed", "stopped")}
         assert f"filled: completed ({count['completed']})" in texts
         assert f"hollow: stopped early by ASHA ({count['stopped']})" in texts
         assert f"diverged (at top): {diverged} of {len(runs)}" in texts
-        assert any(t.startswith(f"above {clip:.4g} (at the top edge): "
-                                f"{len(drawn) - len(inside)} of {len(drawn)}") for t in texts)
+        assert not any(t.startswith("above ") for t in texts)  # nothing parked at an edge
         assert "JSB Chorales" in " ".join(texts) and "RHN" in " ".join(texts)
+        assert any("best_valid_loss" in t for t in texts)
     assert diverged > 0  # the diverging sweep has the finding to show
-    assert clipped  # and some sweep has settings far above the best to clip
+    assert "log" in scales  # and its losses span enough for a log axis
 
 
 def test_depth_plot_overlays_the_published_curve_and_names_ptb_sample(ptb_budget_smoke,
@@ -201,7 +194,8 @@ def test_depth_plot_overlays_the_published_curve_and_names_ptb_sample(ptb_budget
     texts = svg_texts(out)
     measured = [t for t in texts if "(measured)" in t]
     assert measured == ["untied, ptb-sample (measured)", "WT, ptb-sample (measured)"]
-    assert "untied, PTB (published)" in texts
+    assert "untied, PTB (published at a larger weight decay)" in texts
+    assert "WT, PTB (published, weight decay 1e-07)" in texts  # the like-for-like point
     assert not any(re.search(r"\bPTB\b", t) and "published" not in t and "paper" not in
                    t.lower() and "Zilly" not in t for t in texts)
 
@@ -209,15 +203,18 @@ def test_depth_plot_overlays_the_published_curve_and_names_ptb_sample(ptb_budget
                                                               ptb_budget_smoke.tracking_uri))
     valid_ax = plots.depth_curves(chosen, trials, "ptb_budget").axes[0]
     lines = {line.get_label(): line for line in valid_ax.get_lines()}
-    published_wt = lines["WT, PTB (published)"]
+    published_wt = lines["WT, PTB (published at a larger weight decay)"]
     assert list(published_wt.get_ydata()) == list(published.PTB_BUDGET["valid_wt"])
-    for run in ptb_budget_smoke.child_runs():  # one trial per (depth, tied) cell
+    star = lines["WT, PTB (published, weight decay 1e-07)"]
+    assert (list(star.get_xdata()), list(star.get_ydata())) == ([10], [67.9])
+    runs = ptb_budget_smoke.child_runs()
+    assert {r.data.tags["status"] for r in runs} == {"completed"}  # one trial per cell
+    for run in runs:
         line = lines[("WT" if run.data.params["tied"] == "True" else "untied")
                      + ", ptb-sample (measured)"]
         at = list(line.get_xdata()).index(int(run.data.params["depth"]))
-        if run.data.tags["status"] in ("completed", "stopped"):
-            assert line.get_ydata()[at] == pytest.approx(
-                math.exp(run.data.metrics["best_valid_loss"]))
+        assert line.get_ydata()[at] == pytest.approx(  # the whole text, one stream
+            math.exp(run.data.metrics["full_valid_loss"]))
 
 
 def test_hsg_plot_overlays_table_1(ptb_hsg_smoke, tmp_path):
@@ -273,9 +270,11 @@ def test_ptb_budget_table_puts_measured_next_to_published(ptb_budget_smoke, tmp_
     table = md_table(text)
     assert list(table.columns[:9]) == [
         "depth", "units", "units (paper)", "params", "valid (ptb-sample)",
-        "valid: 95% interval", "valid (PTB, paper)", "test (ptb-sample)", "test (PTB, paper)"]
-    assert {"valid WT (ptb-sample)", "valid WT: 95% interval", "test WT (PTB, paper)",
+        "batched valid: 95% interval", "valid (PTB, paper)", "test (ptb-sample)",
+        "test (PTB, paper)"]
+    assert {"valid WT (ptb-sample)", "batched valid WT: 95% interval", "test WT (PTB, paper)",
             "status WT"} <= set(table.columns)
+    assert "whole text as one stream" in text and "larger weight decay" in text
     rows = table.set_index("depth")
     assert list(rows.index) == [str(d) for d in range(1, 11)]
     assert rows.loc["1", "units (paper)"] == "1275" and rows.loc["10", "test WT (PTB, paper)"] \
@@ -284,13 +283,12 @@ def test_ptb_budget_table_puts_measured_next_to_published(ptb_budget_smoke, tmp_
         wt = " WT" if run.data.params["tied"] == "True" else ""
         row = rows.loc[run.data.params["depth"]]
         assert row[f"status{wt}"].split()[0] == run.data.tags["status"]
-        if run.data.tags["status"] in ("completed", "stopped"):  # one trial: no interval
-            assert row[f"valid{wt}: 95% interval"] == "– (< 2 trials)"
-            assert float(row[f"valid{wt} (ptb-sample)"]) == pytest.approx(
-                math.exp(run.data.metrics["best_valid_loss"]), rel=1e-3)
-        if run.data.tags["status"] == "completed":
-            assert float(row[f"test{wt} (ptb-sample)"]) == pytest.approx(
-                math.exp(run.data.metrics["test_loss"]), rel=1e-3)
+        assert run.data.tags["status"] == "completed"  # one trial per cell: ASHA stops none
+        assert row[f"batched valid{wt}: 95% interval"] == "– (< 2 trials)"
+        assert float(row[f"valid{wt} (ptb-sample)"]) == pytest.approx(
+            math.exp(run.data.metrics["full_valid_loss"]), rel=1e-3)
+        assert float(row[f"test{wt} (ptb-sample)"]) == pytest.approx(
+            math.exp(run.data.metrics["test_loss"]), rel=1e-3)
         assert row[f"params{wt}"] == run.data.params["n_params"]
         if not wt:
             assert row["units"] == run.data.params["width"]
@@ -306,8 +304,9 @@ def test_ptb_budget_table_puts_measured_next_to_published(ptb_budget_smoke, tmp_
 def test_hsg_table_has_table_1_layout(ptb_hsg_smoke):
     table = md_table(results(ptb_hsg_smoke, "table", "--study", "ptb_hsg").stdout)
     assert list(table.columns[2:12]) == [
-        "valid w/ HSG (ptb-sample)", "valid w/ HSG: 95% interval", "valid w/ HSG (PTB, paper)",
-        "valid w/o (ptb-sample)", "valid w/o: 95% interval", "valid w/o (PTB, paper)",
+        "valid w/ HSG (ptb-sample)", "batched valid w/ HSG: 95% interval",
+        "valid w/ HSG (PTB, paper)", "valid w/o (ptb-sample)",
+        "batched valid w/o: 95% interval", "valid w/o (PTB, paper)",
         "test w/ HSG (ptb-sample)", "test w/ HSG (PTB, paper)",
         "test w/o (ptb-sample)", "test w/o (PTB, paper)"]
     assert list(table["depth"]) == ["10", "20", "30", "40"]
@@ -329,12 +328,14 @@ def test_jsb_table_counts_settings_and_divergences(jsb_smoke, jsb_diverging):
             cell = [r for r in runs if r.data.params["arch"] == code
                     and r.data.params["depth"] == depth]
             assert int(row["settings"]) == len(cell)
-            losses = [r.data.metrics["train_loss"] for r in cell
+            losses = [r.data.metrics["best_valid_loss"] for r in cell
                       if r.data.tags["status"] in ("completed", "stopped")]
-            if losses:
-                assert float(row["best train_loss"]) == pytest.approx(min(losses), rel=1e-3)
-                assert float(row["median train_loss"]) == pytest.approx(
-                    float(np.median(losses)), rel=1e-3)
+            best = min(losses) if losses else float("nan")  # a cell whose settings all diverged
+            median = float(np.median(losses)) if losses else float("nan")
+            assert float(row["best best_valid_loss"]) == pytest.approx(best, rel=1e-3,
+                                                                        nan_ok=True)
+            assert float(row["median best_valid_loss"]) == pytest.approx(median, rel=1e-3,
+                                                                          nan_ok=True)
 
 
 def test_table_for_the_wrong_study_is_a_one_line_error(jsb_smoke):

@@ -316,8 +316,8 @@ def test_bad_space_is_one_line_before_ray_starts(case, tmp_path, data_dir):
     kept = [ln for ln in base.splitlines() if not ln.startswith(f"{key}:")]
     space = tmp_path / "bad.yaml"
     space.write_text("\n".join(kept) + "\n" + line + "\n")
-    proc = rhnsearch_cli("sweep", "run", space, "--data-dir", data_dir, cwd=tmp_path,
-                         check=False, timeout=120)
+    proc = rhnsearch_main("sweep", "run", space, "--data-dir", data_dir, cwd=tmp_path,
+                          check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and expected in proc.stderr, proc.stderr
     assert not (tmp_path / "results").exists()
@@ -329,8 +329,8 @@ def test_bad_space_is_one_line_before_ray_starts(case, tmp_path, data_dir):
                                              "reachable"),
 ])
 def test_unreachable_addresses_are_one_line(flag, value, expected, tmp_path, data_dir):
-    proc = rhnsearch_cli("sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir",
-                         data_dir, flag, value, cwd=tmp_path, check=False, timeout=300)
+    proc = rhnsearch_main("sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir",
+                          data_dir, flag, value, cwd=tmp_path, check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and expected in proc.stderr, proc.stderr
     assert not (tmp_path / "results" / "sweeps").exists()
@@ -355,14 +355,13 @@ def test_submit_without_a_server_or_storage_is_refused_in_one_line(args, expecte
     """A job's working directory is temporary: its results must go to a server and storage
     that outlive it. Refused before any cluster is contacted (the address is unreachable)."""
     env = {"MLFLOW_TRACKING_URI": "", "RHNSEARCH_STORAGE": ""}
-    proc = rhnsearch_cli("sweep", "submit", JSB_SPACE, "--preset", "smoke", "--address",
-                         "http://127.0.0.1:9", *args, cwd=ROOT, check=False, timeout=120,
-                         env=env)
+    proc = rhnsearch_main("sweep", "submit", JSB_SPACE, "--preset", "smoke", "--address",
+                          "http://127.0.0.1:9", *args, cwd=ROOT, check=False, env=env)
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
     assert expected in proc.stderr, proc.stderr
 
 
-def test_resume_unknown_sweep_names_the_known_ones(jsb_smoke):
+def test_resume_unknown_sweep_names_the_known_ones(jsb_smoke):  # in a process of its own
     proc = rhnsearch_cli("sweep", "resume", "nope", cwd=jsb_smoke.cwd, check=False)
     assert proc.returncode == 2 and "known sweeps are" in proc.stderr
     assert "smoke-jsb" in proc.stderr
@@ -423,9 +422,8 @@ def test_optuna_sweep_resumed_continues_its_study(tmp_path, data_dir, sweeps):
 
 
 def test_gpu_space_on_a_cpu_only_local_ray_is_one_line(tmp_path, data_dir):
-    proc = rhnsearch_cli("sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir",
-                         data_dir, "--set", "resources.gpu=0.25", cwd=tmp_path, check=False,
-                         timeout=300)
+    proc = rhnsearch_main("sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir",
+                          data_dir, "--set", "resources.gpu=0.25", cwd=tmp_path, check=False)
     assert proc.returncode == 2 and "resources.gpu=0" in proc.stderr
     assert proc.stderr.strip().count("\n") == 0, proc.stderr
 

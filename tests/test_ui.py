@@ -22,7 +22,6 @@ import pytest
 
 from conftest import ROOT, rhnsearch_cli
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = Path(os.environ.get("RHNSEARCH_TEST_ARTIFACTS", ROOT / "results" / "test-artifacts"))
 
 
@@ -67,14 +66,14 @@ def ui(jsb_smoke):
             proc.wait()
 
 
-def page_text(url: str, screenshot: str, *expected: str) -> str:
+def page_text(browser: str, url: str, screenshot: str, *expected: str) -> str:
     """The rendered text of URL in headless Chromium (the MLflow UI is a React app: the DOM is
     dumped after 15 s of virtual time); a screenshot is kept. Retried while text is missing."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     for _ in range(3):
         with tempfile.TemporaryDirectory() as profile:
             proc = subprocess.run(
-                [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                  "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
                  f"--user-data-dir={profile}", "--window-size=1600,1000",
@@ -87,9 +86,7 @@ def page_text(url: str, screenshot: str, *expected: str) -> str:
     return text
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install -y "
-                    "chromium)")
-def test_ui_shows_the_experiment_its_sweep_and_nested_runs(ui, jsb_smoke):
+def test_ui_shows_the_experiment_its_sweep_and_nested_runs(ui, jsb_smoke, browser):
     client = jsb_smoke.client()
     experiment = client.get_experiment_by_name("jsb_optimization")
     (parent,) = client.search_runs([experiment.experiment_id], "tags.kind = 'sweep'")
@@ -99,7 +96,7 @@ def test_ui_shows_the_experiment_its_sweep_and_nested_runs(ui, jsb_smoke):
 
     # The runs table, sorted by a metric so that nested runs are listed, not folded.
     order = quote("metrics.`best_valid_loss`")
-    text = page_text(f"{base}/runs?orderByKey={order}&orderByAsc=true", "mlflow_ui_runs.png",
+    text = page_text(browser, f"{base}/runs?orderByKey={order}&orderByAsc=true", "mlflow_ui_runs.png",
                      "jsb_optimization", *names)
     assert "jsb_optimization" in text and "smoke-jsb" in text
     assert [n for n in names if n not in text] == []
@@ -108,12 +105,12 @@ def test_ui_shows_the_experiment_its_sweep_and_nested_runs(ui, jsb_smoke):
 
     # A trial's page names its parent sweep run: the runs are nested.
     child = children[0]
-    text = page_text(f"{base}/runs/{child.info.run_id}", "mlflow_ui_trial.png", "Parent run")
+    text = page_text(browser, f"{base}/runs/{child.info.run_id}", "mlflow_ui_trial.png", "Parent run")
     assert child.info.run_name in text
     assert re.search(r"Parent run\s+smoke-jsb", text), text[:2000]
 
     # The sweep's plots are artifacts of its parent run.
-    text = page_text(f"{base}/runs/{parent.info.run_id}/artifacts/plots/swarm.png",
+    text = page_text(browser, f"{base}/runs/{parent.info.run_id}/artifacts/plots/swarm.png",
                      "mlflow_ui_sweep_plots.png", "swarm.png")
     assert "plots" in text and "swarm.png" in text and "curves.png" in text
 
