@@ -15,6 +15,7 @@ with them all: "ratio" (trial-epochs / FIFO's), "same_ranking" and "kendall_tau"
 the sweep's arrival order, and their range over --orders arrival orders (the sweep's, then
 random ones): a setting that keeps the order only in one order is luck.
 """
+
 import argparse
 import heapq
 import itertools
@@ -26,7 +27,8 @@ from collections import deque
 import pandas as pd
 from asha_vs_fifo import EXPERIMENT, ranking, tau
 
-from rhnsearch.results.store import history, open_experiment, trials as sweep_trials
+from rhnsearch.results.store import history, open_experiment
+from rhnsearch.results.store import trials as sweep_trials
 from rhnsearch.search.scheduler import STOP, CellASHAScheduler
 
 
@@ -37,8 +39,9 @@ class Trial:
         self.trial_id, self.config = trial_id, {"cell": cell}
 
 
-def replay(runs: pd.DataFrame, curves: dict, grace: int, rf: float, max_t: int,
-           concurrent: int) -> pd.DataFrame:
+def replay(
+    runs: pd.DataFrame, curves: dict, grace: int, rf: float, max_t: int, concurrent: int
+) -> pd.DataFrame:
     """The trials of RUNS as the scheduler would have ended them: status and best loss."""
     scheduler = CellASHAScheduler(max_t, grace, rf, metric="valid_loss", mode="min")
     queue, clock, order, ended = deque(runs.to_dict("records")), [], itertools.count(), []
@@ -47,8 +50,7 @@ def replay(runs: pd.DataFrame, curves: dict, grace: int, rf: float, max_t: int,
         if queue:
             run = queue.popleft()
             trial = Trial(run["trial_id"], f"{run['params.arch']} d{run['params.depth']}")
-            heapq.heappush(clock, (now + curves[run["run_id"]][0][0], next(order), run, trial,
-                                   1))
+            heapq.heappush(clock, (now + curves[run["run_id"]][0][0], next(order), run, trial, 1))
 
     for _ in range(concurrent):
         start(0.0)
@@ -60,11 +62,19 @@ def replay(runs: pd.DataFrame, curves: dict, grace: int, rf: float, max_t: int,
         diverged = not math.isfinite(loss) or (epoch == len(losses) and run["status"] == "diverged")
         if diverged or decision == STOP or epoch >= max_t:
             finite = [x for x in losses[:epoch] if math.isfinite(x)]
-            ended.append({"params.arch": run["params.arch"],
-                          "params.depth": run["params.depth"], "epochs": epoch,
-                          "status": "diverged" if diverged else
-                          "completed" if epoch >= max_t else "stopped",
-                          "metrics.best_valid_loss": min(finite, default=math.nan)})
+            ended.append(
+                {
+                    "params.arch": run["params.arch"],
+                    "params.depth": run["params.depth"],
+                    "epochs": epoch,
+                    "status": "diverged"
+                    if diverged
+                    else "completed"
+                    if epoch >= max_t
+                    else "stopped",
+                    "metrics.best_valid_loss": min(finite, default=math.nan),
+                }
+            )
             start(now)
         else:
             heapq.heappush(clock, (now + seconds[epoch], next(order), run, trial, epoch + 1))
@@ -78,8 +88,12 @@ def main(argv=None):
     parser.add_argument("--grace", type=int, nargs="+", default=[1, 2, 3, 4])
     parser.add_argument("--rf", type=float, nargs="+", default=[2, 3, 4])
     parser.add_argument("--concurrent", type=int, default=2)
-    parser.add_argument("--orders", type=int, default=5,
-                        help="arrival orders replayed: the sweep's, then random ones")
+    parser.add_argument(
+        "--orders",
+        type=int,
+        default=5,
+        help="arrival orders replayed: the sweep's, then random ones",
+    )
     args = parser.parse_args(argv)
     os.chdir(args.workdir)
     exp = open_experiment(EXPERIMENT)
@@ -87,8 +101,10 @@ def main(argv=None):
     runs = runs.assign(order=runs["trial_id"].str.rsplit("_", n=1).str[-1].astype(int))
     runs = runs.sort_values("order")
     epochs = history(exp, runs)
-    curves = {run_id: (list(g["metrics.epoch_seconds"]), list(g["metrics.valid_loss"]))
-              for run_id, g in epochs.groupby("run_id")}
+    curves = {
+        run_id: (list(g["metrics.epoch_seconds"]), list(g["metrics.valid_loss"]))
+        for run_id, g in epochs.groupby("run_id")
+    }
     max_t = int(runs["params.epochs"].astype(int).max())
     fifo_epochs, fifo_ranking = int(runs["metrics.epoch"].sum()), ranking(runs)
     rows = []
@@ -98,17 +114,34 @@ def main(argv=None):
             arrivals = runs if k == 0 else runs.sample(frac=1, random_state=k)
             ended = replay(arrivals, curves, grace, rf, max_t, args.concurrent)
             order = ranking(ended)
-            replays.append((round(ended["epochs"].sum() / fifo_epochs, 3),
-                            order == fifo_ranking, round(tau(order, fifo_ranking), 3)))
+            replays.append(
+                (
+                    round(ended["epochs"].sum() / fifo_epochs, 3),
+                    order == fifo_ranking,
+                    round(tau(order, fifo_ranking), 3),
+                )
+            )
         ratios, same, taus = zip(*replays)
-        rows.append({"grace": grace, "rf": rf, "ratio": ratios[0], "same_ranking": same[0],
-                     "kendall_tau": taus[0], "orders": args.orders,
-                     "ratio_range": [min(ratios), max(ratios)], "same_in": sum(same),
-                     "tau_range": [min(taus), max(taus)]})
-        print(f"grace {grace} rf {rf:g}: {ratios[0]:.3f} of FIFO's {fifo_epochs} "
-              f"trial-epochs, same ranking {same[0]}, tau {taus[0]:.3f}; over {args.orders} "
-              f"arrival orders: ratio {min(ratios):.3f}-{max(ratios):.3f}, same ranking in "
-              f"{sum(same)}, tau {min(taus):.3f}-{max(taus):.3f}", flush=True)
+        rows.append(
+            {
+                "grace": grace,
+                "rf": rf,
+                "ratio": ratios[0],
+                "same_ranking": same[0],
+                "kendall_tau": taus[0],
+                "orders": args.orders,
+                "ratio_range": [min(ratios), max(ratios)],
+                "same_in": sum(same),
+                "tau_range": [min(taus), max(taus)],
+            }
+        )
+        print(
+            f"grace {grace} rf {rf:g}: {ratios[0]:.3f} of FIFO's {fifo_epochs} "
+            f"trial-epochs, same ranking {same[0]}, tau {taus[0]:.3f}; over {args.orders} "
+            f"arrival orders: ratio {min(ratios):.3f}-{max(ratios):.3f}, same ranking in "
+            f"{sum(same)}, tau {min(taus):.3f}-{max(taus):.3f}",
+            flush=True,
+        )
     print(json.dumps({"sweep": args.sweep, "fifo_trial_epochs": fifo_epochs, "replays": rows}))
 
 

@@ -16,6 +16,7 @@ A finished sweep that the workdir's store already holds for the same space is re
 again: the ASHA sweep is named after its settings ('cell_asha-g2-rf3'), so another ASHA
 setting (`--set scheduler.grace_period=4`) is measured against the FIFO run already there.
 """
+
 import argparse
 import json
 import os
@@ -28,7 +29,8 @@ from scipy.stats import kendalltau
 
 import rhnsearch
 from rhnsearch.errors import UserError
-from rhnsearch.results.store import open_experiment, sweeps, trials as sweep_trials
+from rhnsearch.results.store import open_experiment, sweeps
+from rhnsearch.results.store import trials as sweep_trials
 
 EXPERIMENT = "asha_vs_fifo"
 
@@ -56,7 +58,7 @@ def halves(trials: pd.DataFrame, splits: int = 1000, seed: int = 0) -> tuple[flo
     cells = trials.groupby(["params.arch", "params.depth"]).indices.values()
     taus, same = [], 0
     for _ in range(splits):
-        first = np.concatenate([rng.permutation(i)[:len(i) // 2] for i in cells])
+        first = np.concatenate([rng.permutation(i)[: len(i) // 2] for i in cells])
         one, other = ranking(trials.iloc[first]), ranking(trials.drop(trials.index[first]))
         taus.append(tau(one, other))
         same += one == other
@@ -81,8 +83,9 @@ def finished(name: str, space: dict):
     run_id = done.iloc[-1]["run_id"]
     stored = json.loads(Path(exp.client.download_artifacts(run_id, "space.json")).read_text())
     if without_scheduler(stored) != without_scheduler(space):
-        raise SystemExit(f"sweep {name} in {Path.cwd()} ran on another space or preset: "
-                         "pass another --workdir")
+        raise SystemExit(
+            f"sweep {name} in {Path.cwd()} ran on another space or preset: pass another --workdir"
+        )
     seconds = exp.client.get_run(run_id).data.metrics["trials_seconds"]
     return sweep_trials(exp, name), seconds
 
@@ -106,30 +109,50 @@ def main(argv=None):
     for scheduler, name in names.items():
         found = finished(name, stored_as)
         if found is None:
-            summary = rhnsearch.run_sweep(args.space, args.preset, args.overrides,
-                                          scheduler=scheduler, data_dir=args.data_dir,
-                                          experiment=EXPERIMENT, name=name)
+            summary = rhnsearch.run_sweep(
+                args.space,
+                args.preset,
+                args.overrides,
+                scheduler=scheduler,
+                data_dir=args.data_dir,
+                experiment=EXPERIMENT,
+                name=name,
+            )
             found = rhnsearch.load_trials(EXPERIMENT, sweep=name), summary["trials_seconds"]
         trials, seconds = found
-        outcome[scheduler] = {"trial_epochs": int(trials["metrics.epoch"].sum()),
-                              "trials_seconds": seconds, "ranking": ranking(trials),
-                              "trials": trials}
-        print(f"{name:>16}: {outcome[scheduler]['trial_epochs']} trial-epochs in "
-              f"{seconds:.0f} s; cells best to worst: "
-              f"{', '.join(outcome[scheduler]['ranking'])}", flush=True)
+        outcome[scheduler] = {
+            "trial_epochs": int(trials["metrics.epoch"].sum()),
+            "trials_seconds": seconds,
+            "ranking": ranking(trials),
+            "trials": trials,
+        }
+        print(
+            f"{name:>16}: {outcome[scheduler]['trial_epochs']} trial-epochs in "
+            f"{seconds:.0f} s; cells best to worst: "
+            f"{', '.join(outcome[scheduler]['ranking'])}",
+            flush=True,
+        )
     asha, fifo = outcome["cell_asha"], outcome["fifo"]
     halves_tau, halves_same = halves(fifo.pop("trials"))
-    print(json.dumps({"workdir": str(workdir), "asha": names["cell_asha"],
-                      "asha_trial_epochs": asha["trial_epochs"],
-                      "fifo_trial_epochs": fifo["trial_epochs"],
-                      "ratio": round(asha["trial_epochs"] / fifo["trial_epochs"], 3),
-                      "asha_seconds": asha["trials_seconds"],
-                      "fifo_seconds": fifo["trials_seconds"],
-                      "same_ranking": asha["ranking"] == fifo["ranking"],
-                      "kendall_tau": round(tau(asha["ranking"], fifo["ranking"]), 3),
-                      "fifo_halves_tau": round(halves_tau, 3),
-                      "fifo_halves_same": halves_same,
-                      "asha_ranking": asha["ranking"], "fifo_ranking": fifo["ranking"]}))
+    print(
+        json.dumps(
+            {
+                "workdir": str(workdir),
+                "asha": names["cell_asha"],
+                "asha_trial_epochs": asha["trial_epochs"],
+                "fifo_trial_epochs": fifo["trial_epochs"],
+                "ratio": round(asha["trial_epochs"] / fifo["trial_epochs"], 3),
+                "asha_seconds": asha["trials_seconds"],
+                "fifo_seconds": fifo["trials_seconds"],
+                "same_ranking": asha["ranking"] == fifo["ranking"],
+                "kendall_tau": round(tau(asha["ranking"], fifo["ranking"]), 3),
+                "fifo_halves_tau": round(halves_tau, 3),
+                "fifo_halves_same": halves_same,
+                "asha_ranking": asha["ranking"],
+                "fifo_ranking": fifo["ranking"],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

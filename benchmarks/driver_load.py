@@ -20,6 +20,7 @@ line: JSON.
 
     python benchmarks/driver_load.py [--trials 50] [--interval 0.5] [--reports 40]
 """
+
 import argparse
 import bisect
 import json
@@ -44,15 +45,27 @@ def reporter(config: dict, cells=None):
     import time
 
     from ray import tune
+
     reports, interval = config["reports"], config["interval"]
     start = time.monotonic()
     for epoch in range(1, reports + 1):
         time.sleep(max(0.0, start + epoch * interval - time.monotonic()))
-        metrics = {"epoch": epoch, "train_loss": 10.0 / epoch, "valid_loss": 10.0 / epoch,
-                   "best_valid_loss": 10.0 / epoch, "lr": 0.1, "grad_norm": 1.0,
-                   "epoch_seconds": interval, "steps_per_sec": 100.0, "device": "cpu",
-                   "gpu_ids": "none", "node_id": "bench", "torch_version": "bench",
-                   "params": 1000, "reported_at": time.time()}
+        metrics = {
+            "epoch": epoch,
+            "train_loss": 10.0 / epoch,
+            "valid_loss": 10.0 / epoch,
+            "best_valid_loss": 10.0 / epoch,
+            "lr": 0.1,
+            "grad_norm": 1.0,
+            "epoch_seconds": interval,
+            "steps_per_sec": 100.0,
+            "device": "cpu",
+            "gpu_ids": "none",
+            "node_id": "bench",
+            "torch_version": "bench",
+            "params": 1000,
+            "reported_at": time.time(),
+        }
         if epoch == reports:
             metrics.update(status="completed", test_loss=10.0 / epoch, best_epoch=epoch)
         tune.report(metrics)
@@ -72,19 +85,37 @@ def run_rhnsearch(args, work: Path) -> dict:
     from rhnsearch.search.space import load_space
     from rhnsearch.search.sweep import build_tuner
     from rhnsearch.search.tracking import get_experiment, sender_for
+
     grace = max(1, args.reports // 3)
-    space = load_space(SPACE, "smoke", [
-        "archs=[rhn]", "depths=[1]", f"samples={args.trials}", f"fixed.epochs={args.reports}",
-        f"scheduler.grace_period={grace}", f"resources.cpu={1.9 / args.trials}"])
+    space = load_space(
+        SPACE,
+        "smoke",
+        [
+            "archs=[rhn]",
+            "depths=[1]",
+            f"samples={args.trials}",
+            f"fixed.epochs={args.reports}",
+            f"scheduler.grace_period={grace}",
+            f"resources.cpu={1.9 / args.trials}",
+        ],
+    )
     name, root = "driver-load", str(work / "sweeps")
     cells = space.cells(10000)
     client = MlflowClient(args.url)
     experiment_id = get_experiment(client, args.url, "driver_load_rhnsearch")
     parent = client.create_run(experiment_id, run_name=name, tags={"sweep": name})
-    state = {"name": name, "cells": cells, "tracking_uri": args.url, "storage": root,
-             "experiment_id": experiment_id, "parent_run_id": parent.info.run_id,
-             "data_dir": str(work), "preset": "smoke", "search": space.search,
-             "scheduler": "cell_asha"}
+    state = {
+        "name": name,
+        "cells": cells,
+        "tracking_uri": args.url,
+        "storage": root,
+        "experiment_id": experiment_id,
+        "parent_run_id": parent.info.run_id,
+        "data_dir": str(work),
+        "preset": "smoke",
+        "search": space.search,
+        "scheduler": "cell_asha",
+    }
     experiment_path = storage.join(root, name)
     start_ray(None)
     tuner = build_tuner(space, state, experiment_path, function=tune_parameters(args))
@@ -94,6 +125,7 @@ def run_rhnsearch(args, work: Path) -> dict:
     def watch():
         while not stop.wait(0.05):
             backlog[0] = max(backlog[0], sender.journal.last - sender.delivered)
+
     threading.Thread(target=watch, daemon=True).start()
     cpu = cpu_seconds()
     tuner.fit()
@@ -107,8 +139,10 @@ def run_rhnsearch(args, work: Path) -> dict:
 
 def tune_parameters(args):
     """The reporting trial with the benchmark's interval and reports in its config."""
+
     def trial(config, cells=None):
         reporter({**config, "interval": args.interval, "reports": args.reports}, cells)
+
     return trial
 
 
@@ -117,17 +151,28 @@ def run_plain(args, work: Path) -> dict:
     import ray
     from ray import tune
     from ray.air.integrations.mlflow import MLflowLoggerCallback
+
     os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
     ray.init(include_dashboard=False, logging_level="WARNING")
     tuner = tune.Tuner(
         tune.with_resources(reporter, {"cpu": 1.9 / args.trials}),
-        param_space={"interval": args.interval, "reports": args.reports,
-                     "lr": tune.loguniform(1e-3, 1.0)},
+        param_space={
+            "interval": args.interval,
+            "reports": args.reports,
+            "lr": tune.loguniform(1e-3, 1.0),
+        },
         tune_config=tune.TuneConfig(num_samples=args.trials),
         run_config=tune.RunConfig(
-            name="driver-load", storage_path=str(work / "plain"), verbose=1,
-            callbacks=[MLflowLoggerCallback(tracking_uri=args.url, save_artifact=False,
-                                            experiment_name="driver_load_plain")]))
+            name="driver-load",
+            storage_path=str(work / "plain"),
+            verbose=1,
+            callbacks=[
+                MLflowLoggerCallback(
+                    tracking_uri=args.url, save_artifact=False, experiment_name="driver_load_plain"
+                )
+            ],
+        ),
+    )
     cpu = cpu_seconds()
     tuner.fit()
     return {"cpu_seconds": cpu_seconds() - cpu, "largest_backlog": None, "mlflow_after_s": 0.0}
@@ -140,19 +185,26 @@ def recorded(database: str, experiment: str) -> dict:
     `reported_at` when the trial reported it."""
     engine = sa.create_engine(database)
     with engine.connect() as db:
-        rows = db.execute(sa.text(
-            "SELECT m.timestamp, m.value FROM metrics m JOIN runs r ON m.run_uuid = "
-            "r.run_uuid JOIN experiments e ON r.experiment_id = e.experiment_id WHERE "
-            "e.name = :e AND m.key = 'reported_at'"), {"e": experiment}).fetchall()
+        rows = db.execute(
+            sa.text(
+                "SELECT m.timestamp, m.value FROM metrics m JOIN runs r ON m.run_uuid = "
+                "r.run_uuid JOIN experiments e ON r.experiment_id = e.experiment_id WHERE "
+                "e.name = :e AND m.key = 'reported_at'"
+            ),
+            {"e": experiment},
+        ).fetchall()
     engine.dispose()
     taken = sorted(stamp / 1000 for stamp, _ in rows)
     lag = sorted(stamp / 1000 - reported for stamp, reported in rows)
     first, last = int(0.1 * len(taken)), int(0.9 * len(taken)) - 1
     peak = max(bisect.bisect_right(taken, t + WINDOW) - i for i, t in enumerate(taken))
-    return {"results": len(rows),
-            "results_per_s": (last - first) / max(taken[last] - taken[first], 1e-3),
-            "peak_per_s": peak / WINDOW, "lag_median_s": lag[len(lag) // 2],
-            "lag_p99_s": lag[int(0.99 * (len(lag) - 1))]}
+    return {
+        "results": len(rows),
+        "results_per_s": (last - first) / max(taken[last] - taken[first], 1e-3),
+        "peak_per_s": peak / WINDOW,
+        "lag_median_s": lag[len(lag) // 2],
+        "lag_p99_s": lag[int(0.99 * (len(lag) - 1))],
+    }
 
 
 def main():
@@ -171,41 +223,76 @@ def main():
         return
     sys.path.insert(0, str(ROOT / "tests"))
     from lab_services import mlflow_server, postgres_database
+
     sides = {}
     with postgres_database() as database, tempfile.TemporaryDirectory() as work:
         with mlflow_server(database, Path(work)) as url:
             for side in ("rhnsearch", "plain"):
                 result = Path(work) / f"{side}.json"
                 out = subprocess.run(
-                    [sys.executable, __file__, "--side", side, "--url", url, "--result",
-                     str(result), "--trials", str(args.trials), "--interval",
-                     str(args.interval), "--reports", str(args.reports)],
-                    capture_output=True, text=True, cwd=work)
+                    [
+                        sys.executable,
+                        __file__,
+                        "--side",
+                        side,
+                        "--url",
+                        url,
+                        "--result",
+                        str(result),
+                        "--trials",
+                        str(args.trials),
+                        "--interval",
+                        str(args.interval),
+                        "--reports",
+                        str(args.reports),
+                    ],
+                    capture_output=True,
+                    text=True,
+                    cwd=work,
+                )
                 if out.returncode:
                     sys.exit(f"{side} driver failed:\n{out.stderr[-3000:]}")
                 sides[side] = json.loads(result.read_text())
         for side in sides:
             sides[side].update(recorded(database, f"driver_load_{side}"))
-            sides[side].update(lost=args.trials * args.reports - sides[side]["results"],
-                               cpu_per_result=sides[side]["cpu_seconds"] / (
-                                   args.trials * args.reports))
+            sides[side].update(
+                lost=args.trials * args.reports - sides[side]["results"],
+                cpu_per_result=sides[side]["cpu_seconds"] / (args.trials * args.reports),
+            )
     offered = args.trials / args.interval
-    print(f"{args.trials} trials reporting every {args.interval} s ({offered:.0f} results/s "
-          f"offered), {args.reports} reports each; driver per side:")
-    print(f"  {'':<10} {'results/s':>10} {'peak/s':>7} {'lag p50':>8} {'lag p99':>8} "
-          f"{'CPU ms/result':>14} {'backlog':>8} {'MLflow after':>13} {'lost':>5}")
+    print(
+        f"{args.trials} trials reporting every {args.interval} s ({offered:.0f} results/s "
+        f"offered), {args.reports} reports each; driver per side:"
+    )
+    print(
+        f"  {'':<10} {'results/s':>10} {'peak/s':>7} {'lag p50':>8} {'lag p99':>8} "
+        f"{'CPU ms/result':>14} {'backlog':>8} {'MLflow after':>13} {'lost':>5}"
+    )
     for side, m in sides.items():
-        print(f"  {side:<10} {m['results_per_s']:10.1f} {m['peak_per_s']:7.1f} "
-              f"{m['lag_median_s']:7.2f}s {m['lag_p99_s']:7.2f}s "
-              f"{1000 * m['cpu_per_result']:14.2f} "
-              f"{m['largest_backlog'] if m['largest_backlog'] is not None else '-':>8} "
-              f"{m['mlflow_after_s']:12.1f}s {m['lost']:5d}")
+        print(
+            f"  {side:<10} {m['results_per_s']:10.1f} {m['peak_per_s']:7.1f} "
+            f"{m['lag_median_s']:7.2f}s {m['lag_p99_s']:7.2f}s "
+            f"{1000 * m['cpu_per_result']:14.2f} "
+            f"{m['largest_backlog'] if m['largest_backlog'] is not None else '-':>8} "
+            f"{m['mlflow_after_s']:12.1f}s {m['lost']:5d}"
+        )
     ratio = sides["rhnsearch"]["cpu_per_result"] / sides["plain"]["cpu_per_result"]
-    print(json.dumps({"trials": args.trials, "interval": args.interval,
-                      "reports": args.reports, "offered_per_s": offered, **{
-                          f"{side}_{k}": round(v, 4) if isinstance(v, float) else v
-                          for side, m in sides.items() for k, v in m.items()},
-                      "cpu_per_result_rhnsearch_over_plain": round(ratio, 3)}))
+    print(
+        json.dumps(
+            {
+                "trials": args.trials,
+                "interval": args.interval,
+                "reports": args.reports,
+                "offered_per_s": offered,
+                **{
+                    f"{side}_{k}": round(v, 4) if isinstance(v, float) else v
+                    for side, m in sides.items()
+                    for k, v in m.items()
+                },
+                "cpu_per_result_rhnsearch_over_plain": round(ratio, 3),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

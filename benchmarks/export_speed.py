@@ -20,6 +20,7 @@ median seconds. The README (Performance) has a run's numbers.
 
     python benchmarks/export_speed.py [--runs 1000] [--epochs 50] [--store DIR]
 """
+
 import argparse
 import json
 import statistics
@@ -43,19 +44,53 @@ sys.path.insert(0, str(ROOT / "tests"))
 from lab_services import mlflow_server, postgres_database  # noqa: E402
 
 # the tables a sweep's runs live in, parents before children
-COPIED = ["experiments", "experiment_tags", "runs", "tags", "params", "metrics",
-          "latest_metrics"]
+COPIED = ["experiments", "experiment_tags", "runs", "tags", "params", "metrics", "latest_metrics"]
 EXPERIMENT = "export_bench"
-METRICS = ["train_loss", "valid_loss", "best_valid_loss", "lr", "grad_norm", "epoch_seconds",
-           "steps_per_sec", "time_this_iter_s", "time_total_s", "epoch"]
-PARAMS = {"arch": "rhn", "depth": "4", "width": "128", "tied": "False", "dataset": "jsb",
-          "n_params": "250000", "lr": "0.1", "momentum": "0.5", "init_scale": "0.04",
-          "t_bias": "-2.0", "clip": "10.0", "seed": "0", "epochs": "50", "batch_size": "16",
-          "bptt": "35", "optimizer": "sgd", "nesterov": "False", "weight_decay": "0.0",
-          "lr_decay": "1.0", "lr_decay_start": "0", "hsg_bias": "-2.5", "drop_x": "0.0",
-          "drop_i": "0.0", "drop_o": "0.0", "drop_h": "0.0", "train_fraction": "1.0",
-          "max_loss": "0.0", "threads": "1", "device": "auto", "preset": "bench",
-          "study": "jsb_optimization"}
+METRICS = [
+    "train_loss",
+    "valid_loss",
+    "best_valid_loss",
+    "lr",
+    "grad_norm",
+    "epoch_seconds",
+    "steps_per_sec",
+    "time_this_iter_s",
+    "time_total_s",
+    "epoch",
+]
+PARAMS = {
+    "arch": "rhn",
+    "depth": "4",
+    "width": "128",
+    "tied": "False",
+    "dataset": "jsb",
+    "n_params": "250000",
+    "lr": "0.1",
+    "momentum": "0.5",
+    "init_scale": "0.04",
+    "t_bias": "-2.0",
+    "clip": "10.0",
+    "seed": "0",
+    "epochs": "50",
+    "batch_size": "16",
+    "bptt": "35",
+    "optimizer": "sgd",
+    "nesterov": "False",
+    "weight_decay": "0.0",
+    "lr_decay": "1.0",
+    "lr_decay_start": "0",
+    "hsg_bias": "-2.5",
+    "drop_x": "0.0",
+    "drop_i": "0.0",
+    "drop_o": "0.0",
+    "drop_h": "0.0",
+    "train_fraction": "1.0",
+    "max_loss": "0.0",
+    "threads": "1",
+    "device": "auto",
+    "preset": "bench",
+    "study": "jsb_optimization",
+}
 
 
 def build(uri: str, runs: int, epochs: int):
@@ -63,26 +98,43 @@ def build(uri: str, runs: int, epochs: int):
     best_epoch on the last one), some diverged."""
     client = MlflowClient(uri)
     exp = client.create_experiment(EXPERIMENT)
-    parent = client.create_run(exp, run_name="bench", tags={"kind": "sweep", "sweep": "bench",
-                                                             "study": "jsb_optimization",
-                                                             "preset": "bench"})
+    parent = client.create_run(
+        exp,
+        run_name="bench",
+        tags={"kind": "sweep", "sweep": "bench", "study": "jsb_optimization", "preset": "bench"},
+    )
     rng = np.random.default_rng(0)
     for i in range(runs):
         status = "diverged" if i % 10 == 9 else "completed"
-        run = client.create_run(exp, run_name=f"rhn-d4-{i:05d}", tags={
-            "mlflow.parentRunId": parent.info.run_id, "trial_id": f"{i:05d}",
-            "sweep": "bench", "status": status})
+        run = client.create_run(
+            exp,
+            run_name=f"rhn-d4-{i:05d}",
+            tags={
+                "mlflow.parentRunId": parent.info.run_id,
+                "trial_id": f"{i:05d}",
+                "sweep": "bench",
+                "status": status,
+            },
+        )
         now = int(time.time() * 1000)
-        metrics = [Metric(k, float(step if k == "epoch" else rng.random()), now + step, step)
-                   for step in range(1, epochs + 1) for k in METRICS]
+        metrics = [
+            Metric(k, float(step if k == "epoch" else rng.random()), now + step, step)
+            for step in range(1, epochs + 1)
+            for k in METRICS
+        ]
         if status == "diverged":
             metrics.append(Metric("valid_loss", float("nan"), now + epochs + 1, epochs))
         else:
-            metrics += [Metric("test_loss", 10.0, now + epochs, epochs),
-                        Metric("best_epoch", float(epochs), now + epochs, epochs)]
-        client.log_batch(run.info.run_id, metrics=metrics,
-                         params=[Param(k, v) for k, v in {**PARAMS, "seed": str(i)}.items()],
-                         tags=[RunTag("built", "1")])
+            metrics += [
+                Metric("test_loss", 10.0, now + epochs, epochs),
+                Metric("best_epoch", float(epochs), now + epochs, epochs),
+            ]
+        client.log_batch(
+            run.info.run_id,
+            metrics=metrics,
+            params=[Param(k, v) for k, v in {**PARAMS, "seed": str(i)}.items()],
+            tags=[RunTag("built", "1")],
+        )
         client.set_terminated(run.info.run_id)
     client.set_terminated(parent.info.run_id)
 
@@ -95,9 +147,25 @@ def timed(fn):
 
 def cli_export(uri: str, out: Path, *extra) -> float:
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "rhnsearch.cli", "results", "export", "--experiment",
-                    EXPERIMENT, "--tracking-uri", uri, "--out", str(out), "--force", *extra],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rhnsearch.cli",
+            "results",
+            "export",
+            "--experiment",
+            EXPERIMENT,
+            "--tracking-uri",
+            uri,
+            "--out",
+            str(out),
+            "--force",
+            *extra,
+        ],
+        check=True,
+        capture_output=True,
+    )
     return time.perf_counter() - start
 
 
@@ -125,9 +193,15 @@ def log_table(sqlite_uri: str, server_uri: str):
     copied), as a finished sweep logs it."""
     exp = store.open_experiment(EXPERIMENT, sqlite_uri)
     trials = store.trials(exp)
-    long = histories.read(sqlite_uri, exp.client, list(trials["run_id"]),
-                          sorted({c.removeprefix("metrics.") for c in trials.columns
-                                  if c.startswith("metrics.")} - {"epoch"}))
+    long = histories.read(
+        sqlite_uri,
+        exp.client,
+        list(trials["run_id"]),
+        sorted(
+            {c.removeprefix("metrics.") for c in trials.columns if c.startswith("metrics.")}
+            - {"epoch"}
+        ),
+    )
     snapshot.log_histories(MlflowClient(server_uri), trials["parent_run_id"].iloc[0], long)
 
 
@@ -137,10 +211,14 @@ def time_store(label: str, exp: store.Experiment, args, times: dict) -> pd.DataF
     times.setdefault(f"{label} runs", []).append(seconds)
     seconds, history = timed(lambda: store.history(exp, trials))
     times.setdefault(f"{label} history", []).append(seconds)
-    keys = [c.removeprefix("metrics.") for c in trials.columns
-            if c.startswith("metrics.") and c != "metrics.epoch"]
-    seconds, _ = timed(lambda: histories.read(exp.tracking_uri, exp.client,
-                                              list(trials["run_id"]), keys))
+    keys = [
+        c.removeprefix("metrics.")
+        for c in trials.columns
+        if c.startswith("metrics.") and c != "metrics.epoch"
+    ]
+    seconds, _ = timed(
+        lambda: histories.read(exp.tracking_uri, exp.client, list(trials["run_id"]), keys)
+    )
     times.setdefault(f"{label} history/no table", []).append(seconds)
     pairs = [(r, k) for r in trials["run_id"].head(args.api_runs) for k in keys]
     seconds, _ = timed(lambda: histories._per_run(exp.client, pairs))
@@ -154,8 +232,12 @@ def main():
     p.add_argument("--runs", type=int, default=1000)
     p.add_argument("--epochs", type=int, default=50)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--api-runs", type=int, default=50,
-                   help="runs timed through get_metric_history (scaled to --runs)")
+    p.add_argument(
+        "--api-runs",
+        type=int,
+        default=50,
+        help="runs timed through get_metric_history (scaled to --runs)",
+    )
     p.add_argument("--store", help="directory of the sqlite store (kept; built if missing)")
     args = p.parse_args()
     directory = Path(args.store or tempfile.mkdtemp(prefix="export_bench_"))
@@ -163,8 +245,10 @@ def main():
     uri = f"sqlite:///{directory.resolve() / 'mlflow.db'}"
     if not (directory / "mlflow.db").exists():
         seconds, _ = timed(lambda: build(uri, args.runs, args.epochs))
-        print(f"built {args.runs} runs x {args.epochs} epochs in {seconds:.0f}s: {uri}",
-              file=sys.stderr)
+        print(
+            f"built {args.runs} runs x {args.epochs} epochs in {seconds:.0f}s: {uri}",
+            file=sys.stderr,
+        )
     times = {}
     with postgres_database() as pg, tempfile.TemporaryDirectory() as work:
         with mlflow_server(pg, Path(work)) as url:
@@ -173,25 +257,37 @@ def main():
             seconds, _ = timed(lambda: log_table(uri, url))
             print(f"logged the sweep's history table in {seconds:.0f}s", file=sys.stderr)
             stores = {"sqlite": uri, "postgresql://": pg, "pg server": url}
-            opened = {label: store.open_experiment(EXPERIMENT, where)
-                      for label, where in stores.items()}
+            opened = {
+                label: store.open_experiment(EXPERIMENT, where) for label, where in stores.items()
+            }
             for _ in range(args.rounds):
-                frames = {label: time_store(label, exp, args, times)
-                          for label, exp in opened.items()}
+                frames = {
+                    label: time_store(label, exp, args, times) for label, exp in opened.items()
+                }
                 for frame in frames.values():
                     pd.testing.assert_frame_equal(frame, frames["sqlite"])
             for label, where in stores.items():
                 times[f"{label} cli export"] = [cli_export(where, Path(work) / "t.parquet")]
                 times[f"{label} cli export --history"] = [
-                    cli_export(where, Path(work) / "h.parquet", "--history")]
+                    cli_export(where, Path(work) / "h.parquet", "--history")
+                ]
     medians = {k: round(statistics.median(v), 2) for k, v in times.items()}
-    print(f"{args.runs} runs x {args.epochs} epochs ({args.runs * args.epochs * 10:,} metric "
-          "values), median seconds:")
+    print(
+        f"{args.runs} runs x {args.epochs} epochs ({args.runs * args.epochs * 10:,} metric "
+        "values), median seconds:"
+    )
     print(f"  {'':<26} " + " ".join(f"{label:>14}" for label in stores))
-    for what in ("runs", "history", "history/no table", "history/per-run", "cli export",
-                 "cli export --history"):
-        print(f"  {what:<26} " + " ".join(f"{medians[f'{label} {what}']:14.2f}"
-                                          for label in stores))
+    for what in (
+        "runs",
+        "history",
+        "history/no table",
+        "history/per-run",
+        "cli export",
+        "cli export --history",
+    ):
+        print(
+            f"  {what:<26} " + " ".join(f"{medians[f'{label} {what}']:14.2f}" for label in stores)
+        )
     print(json.dumps({"runs": args.runs, "epochs": args.epochs, "seconds": medians}))
 
 

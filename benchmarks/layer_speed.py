@@ -19,6 +19,7 @@ shapes (width 830 at depth 10, RHN paper; at depth 40, HSG paper).
 On a machine shared with other jobs, `--threads 1 --clock thread` times the main thread's CPU
 time instead of the wall clock: much less sensitive to the other jobs (one thread only).
 """
+
 import argparse
 import json
 import statistics
@@ -33,10 +34,12 @@ from rhnsearch.models.fused import kernels
 from rhnsearch.train import Trainer, TrialConfig
 
 ARCHS = ["rhn", "hsg", "dtrnn", "dtsrnn"]
-SHAPES = [dict(T=64, B=32, F=88, width=256, depth=6, archs=ARCHS, rounds=1.0),
-          dict(T=35, B=20, F=256, width=512, depth=4, archs=ARCHS, rounds=1.0),
-          dict(T=35, B=20, F=830, width=830, depth=10, archs=["rhn", "hsg"], rounds=0.4),
-          dict(T=35, B=20, F=830, width=830, depth=40, archs=["rhn", "hsg"], rounds=0.2)]
+SHAPES = [
+    dict(T=64, B=32, F=88, width=256, depth=6, archs=ARCHS, rounds=1.0),
+    dict(T=35, B=20, F=256, width=512, depth=4, archs=ARCHS, rounds=1.0),
+    dict(T=35, B=20, F=830, width=830, depth=10, archs=["rhn", "hsg"], rounds=0.4),
+    dict(T=35, B=20, F=830, width=830, depth=40, archs=["rhn", "hsg"], rounds=0.2),
+]
 
 
 def lstm_hidden(params: int, input_size: int) -> int:
@@ -84,6 +87,7 @@ def rhn_products(shape: dict):
         for _ in weights:
             kernels.weight_grad(grads, states)
         kernels.weight_grad(grads, x)
+
     return run
 
 
@@ -92,11 +96,12 @@ def time_layers(shape: dict, arch: str, rounds: int, clock, compiled: bool = Fal
     nn.LSTM of as many parameters, interleaved (for the RHN also its products alone; with
     `compiled` also the reference backend over the torch.compile'd cell)."""
     cell = make_cell(arch, shape)
-    hidden = lstm_hidden(layer_params(arch, shape["depth"], shape["width"], shape["F"]),
-                         shape["F"])
-    layers = {"naive": Recurrent(cell, backend="reference"),
-              "ours": Recurrent(cell, backend="fused"),
-              "lstm": torch.nn.LSTM(shape["F"], hidden)}
+    hidden = lstm_hidden(layer_params(arch, shape["depth"], shape["width"], shape["F"]), shape["F"])
+    layers = {
+        "naive": Recurrent(cell, backend="reference"),
+        "ours": Recurrent(cell, backend="fused"),
+        "lstm": torch.nn.LSTM(shape["F"], hidden),
+    }
     if compiled:  # compiled on the warm-up call below
         layers["compiled"] = Recurrent(torch.compile(cell, dynamic=False), backend="reference")
     x = torch.randn(shape["T"], shape["B"], shape["F"], requires_grad=True)
@@ -109,7 +114,7 @@ def time_layers(shape: dict, arch: str, rounds: int, clock, compiled: bool = Fal
     if arch == "rhn":
         runs["products"] = rhn_products(shape)
     times = {name: [] for name in runs}
-    for name, go in runs.items():  # warm-up
+    for go in runs.values():  # warm-up
         go()
     for _ in range(rounds):
         for name, go in runs.items():
@@ -124,22 +129,30 @@ def time_layers(shape: dict, arch: str, rounds: int, clock, compiled: bool = Fal
 def epoch_speed(data_dir: str | None) -> dict:
     """Training tokens per second of one full epoch, after one warm-up epoch (JSB: one token =
     one chorale time step)."""
-    runs = {"jsb": dict(dataset="jsb", width=256, depth=6, batch_size=32),
-            "ptb-sample": dict(dataset="ptb-sample", width=512, depth=4, batch_size=20,
-                               bptt=35)}
+    runs = {
+        "jsb": dict(dataset="jsb", width=256, depth=6, batch_size=32),
+        "ptb-sample": dict(dataset="ptb-sample", width=512, depth=4, batch_size=20, bptt=35),
+    }
     speeds = {}
     for dataset, options in runs.items():
         data = load_dataset(dataset, data_dir)
         for arch in ("rhn", "lstm"):
-            config = dict(options, arch=arch, epochs=1, lr=0.1, drop_i=0.25, drop_o=0.25,
-                          drop_h=0.25 if arch == "rhn" else 0.0)
+            config = dict(
+                options,
+                arch=arch,
+                epochs=1,
+                lr=0.1,
+                drop_i=0.25,
+                drop_o=0.25,
+                drop_h=0.25 if arch == "rhn" else 0.0,
+            )
             if arch == "lstm":  # the same parameter count as the RHN
                 task = TrialConfig(**config).task
                 vocab = len(getattr(data, "vocab", ()))
-                budget = count_params(task, "rhn", options["depth"], options["width"],
-                                      vocab_size=vocab)
-                config.update(depth=1, width=solve_width(budget, task, "lstm", 1,
-                                                         vocab_size=vocab))
+                budget = count_params(
+                    task, "rhn", options["depth"], options["width"], vocab_size=vocab
+                )
+                config.update(depth=1, width=solve_width(budget, task, "lstm", 1, vocab_size=vocab))
             trainer = Trainer(TrialConfig(**config), data)
             trainer.train_epoch()
             start = time.perf_counter()
@@ -153,34 +166,55 @@ def main(argv=None):
     parser.add_argument("--data-dir", help="default: $RHNSEARCH_DATA_DIR or the user cache")
     parser.add_argument("--rounds", type=int, default=15, help="timed rounds per shape/arch")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--clock", choices=["wall", "thread"], default="wall",
-                        help="thread: CPU time of the main thread (needs --threads 1)")
-    parser.add_argument("--shapes", default="0,1,2,3",
-                        help="which shapes, by index (default all: 0,1 reference, 2,3 paper)")
+    parser.add_argument(
+        "--clock",
+        choices=["wall", "thread"],
+        default="wall",
+        help="thread: CPU time of the main thread (needs --threads 1)",
+    )
+    parser.add_argument(
+        "--shapes",
+        default="0,1,2,3",
+        help="which shapes, by index (default all: 0,1 reference, 2,3 paper)",
+    )
     parser.add_argument("--no-epochs", action="store_true", help="skip the epoch timings")
-    parser.add_argument("--compile", action="store_true",
-                        help="also time the reference backend over the torch.compile'd cell "
-                             "(compiling takes about 20 s per shape and arch)")
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="also time the reference backend over the torch.compile'd cell "
+        "(compiling takes about 20 s per shape and arch)",
+    )
     args = parser.parse_args(argv)
     if args.clock == "thread" and args.threads != 1:
         parser.error("--clock thread counts one thread only: use it with --threads 1")
     clock = time.thread_time if args.clock == "thread" else time.perf_counter
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    print(f"torch {torch.__version__}, {args.threads} threads, {args.clock} clock, "
-          f"oneDNN products: {kernels.ONEDNN}")
-    print(f"{'shape (T,B,F,n,L)':<22}{'arch':<8}{'lstm n':>7}{'naive ms':>10}{'ours ms':>9}"
-          f"{'lstm ms':>9}{'ours/lstm':>11}{'naive/ours':>12}{'products/lstm':>16}"
-          + (f"{'compiled/ours':>15}" if args.compile else ""))
+    print(
+        f"torch {torch.__version__}, {args.threads} threads, {args.clock} clock, "
+        f"oneDNN products: {kernels.ONEDNN}"
+    )
+    print(
+        f"{'shape (T,B,F,n,L)':<22}{'arch':<8}{'lstm n':>7}{'naive ms':>10}{'ours ms':>9}"
+        f"{'lstm ms':>9}{'ours/lstm':>11}{'naive/ours':>12}{'products/lstm':>16}"
+        + (f"{'compiled/ours':>15}" if args.compile else "")
+    )
     shapes = [SHAPES[int(i)] for i in args.shapes.split(",")]
-    result = {"shapes": [{k: s[k] for k in ("T", "B", "F", "width", "depth")} for s in shapes],
-              "threads": args.threads, "clock": args.clock}
+    result = {
+        "shapes": [{k: s[k] for k in ("T", "B", "F", "width", "depth")} for s in shapes],
+        "threads": args.threads,
+        "clock": args.clock,
+    }
     for shape in shapes:
         label = "{T},{B},{F},{width},{depth}".format(**shape)
         for arch in ARCHS:
             if arch not in shape["archs"]:
-                for key in (f"{arch}_over_lstm", f"naive_over_{arch}", f"naive_{arch}_over_lstm",
-                            *([f"compiled_over_{arch}"] if args.compile else [])):
+                for key in (
+                    f"{arch}_over_lstm",
+                    f"naive_over_{arch}",
+                    f"naive_{arch}_over_lstm",
+                    *([f"compiled_over_{arch}"] if args.compile else []),
+                ):
                     result.setdefault(key, []).append(None)
                 continue
             rounds = max(3, round(args.rounds * shape["rounds"]))
@@ -189,15 +223,19 @@ def main(argv=None):
             result.setdefault(f"{arch}_over_lstm", []).append(round(over_lstm, 3))
             result.setdefault(f"naive_over_{arch}", []).append(round(naive_over, 3))
             result.setdefault(f"naive_{arch}_over_lstm", []).append(
-                round(m["naive"] / m["lstm"], 3))
+                round(m["naive"] / m["lstm"], 3)
+            )
             products = m.get("products")  # timed for the RHN only
             if products:
                 result.setdefault("rhn_products_over_lstm", []).append(
-                    round(products / m["lstm"], 3))
-            row = (f"{label:<22}{arch:<8}{m['lstm_hidden']:>7}{m['naive'] * 1e3:>10.1f}"
-                   f"{m['ours'] * 1e3:>9.1f}{m['lstm'] * 1e3:>9.1f}{over_lstm:>11.2f}"
-                   f"{naive_over:>12.2f}"
-                   + (f"{products / m['lstm']:>16.2f}" if products else f"{'':>16}"))
+                    round(products / m["lstm"], 3)
+                )
+            row = (
+                f"{label:<22}{arch:<8}{m['lstm_hidden']:>7}{m['naive'] * 1e3:>10.1f}"
+                f"{m['ours'] * 1e3:>9.1f}{m['lstm'] * 1e3:>9.1f}{over_lstm:>11.2f}"
+                f"{naive_over:>12.2f}"
+                + (f"{products / m['lstm']:>16.2f}" if products else f"{'':>16}")
+            )
             if args.compile:
                 compiled_over = m["compiled"] / m["ours"]
                 result.setdefault(f"compiled_over_{arch}", []).append(round(compiled_over, 3))

@@ -11,6 +11,7 @@ bucket to directory seconds.
 
     python benchmarks/storage_requests.py [--rounds 1] [--set archs=[rhn] ...]
 """
+
 import argparse
 import collections
 import json
@@ -53,14 +54,28 @@ def kind(method: str, path: str) -> str:
 def trial_epochs(store: str, sweep: str) -> int:
     client = MlflowClient(store)
     experiment = client.get_experiment_by_name("jsb_optimization")
-    runs = client.search_runs([experiment.experiment_id],
-                              f"tags.sweep = '{sweep}' and tags.kind = 'trial'")
+    runs = client.search_runs(
+        [experiment.experiment_id], f"tags.sweep = '{sweep}' and tags.kind = 'trial'"
+    )
     return sum(int(run.data.metrics.get("epoch", 0)) for run in runs)
 
 
 def sweep(work: Path, name: str, storage: str, data_dir: str | None, sets: list, env: dict):
-    args = [sys.executable, "-m", "rhnsearch.cli", "sweep", "run", str(SPACE), "--preset",
-            "smoke", "--name", name, "--storage-path", storage, "--json"]
+    args = [
+        sys.executable,
+        "-m",
+        "rhnsearch.cli",
+        "sweep",
+        "run",
+        str(SPACE),
+        "--preset",
+        "smoke",
+        "--name",
+        name,
+        "--storage-path",
+        storage,
+        "--json",
+    ]
     args += ["--data-dir", data_dir] if data_dir else []
     for item in sets:
         args += ["--set", item]
@@ -81,51 +96,85 @@ def main():
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="storage-bench-"))
     port, log = free_port(), work / "s3.log"
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
-           "AWS_DEFAULT_REGION": "us-east-1"}
+    env = {
+        **os.environ,
+        "AWS_ACCESS_KEY_ID": "bench",
+        "AWS_SECRET_ACCESS_KEY": "bench",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
     with open(log, "w") as out:
-        server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
-                                   "-p", str(port)], stdout=out, stderr=subprocess.STDOUT,
-                                  start_new_session=True)
+        server = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         import boto3
-        s3 = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}",
-                          region_name="us-east-1", aws_access_key_id="bench",
-                          aws_secret_access_key="bench")
+
+        s3 = boto3.client(
+            "s3",
+            endpoint_url=f"http://127.0.0.1:{port}",
+            region_name="us-east-1",
+            aws_access_key_id="bench",
+            aws_secret_access_key="bench",
+        )
         for _ in range(100):
             try:
                 s3.create_bucket(Bucket="sweeps")
                 break
             except Exception:  # noqa: BLE001 - not up yet
                 time.sleep(0.2)
-        storages = {"directory": str(work / "sweeps"),
-                    "bucket": f"s3://sweeps/runs?endpoint_override=127.0.0.1:{port}"
-                              "&scheme=http"}
+        storages = {
+            "directory": str(work / "sweeps"),
+            "bucket": f"s3://sweeps/runs?endpoint_override=127.0.0.1:{port}&scheme=http",
+        }
         store = f"sqlite:///{work / 'results' / 'mlflow.db'}"
         rows = collections.defaultdict(list)
         for r in range(args.rounds):
             for where, storage in storages.items():
                 before = len(requests(log))
-                seconds, summary = sweep(work, f"{where}-{r}", storage, args.data_dir,
-                                         args.set, env)
+                seconds, summary = sweep(
+                    work, f"{where}-{r}", storage, args.data_dir, args.set, env
+                )
                 made = requests(log)[before:]
                 epochs = trial_epochs(store, f"{where}-{r}")
-                rows[where].append({"seconds": seconds, "trials": summary["trials_seconds"],
-                                    "requests": len(made), "per_epoch": len(made) / epochs})
-                print(f"{where:9s} round {r}: command {seconds:6.1f} s, trials "
-                      f"{summary['trials_seconds']:6.1f} s, {epochs} trial-epochs, "
-                      f"{len(made)} requests ({len(made) / epochs:.2f} per trial-epoch)",
-                      flush=True)
+                rows[where].append(
+                    {
+                        "seconds": seconds,
+                        "trials": summary["trials_seconds"],
+                        "requests": len(made),
+                        "per_epoch": len(made) / epochs,
+                    }
+                )
+                print(
+                    f"{where:9s} round {r}: command {seconds:6.1f} s, trials "
+                    f"{summary['trials_seconds']:6.1f} s, {epochs} trial-epochs, "
+                    f"{len(made)} requests ({len(made) / epochs:.2f} per trial-epoch)",
+                    flush=True,
+                )
                 for name, count in collections.Counter(kind(*m) for m in made).most_common(8):
                     print(f"    {count:6d}  {name}")
     finally:
         os.killpg(server.pid, signal.SIGKILL)
-    medians = {where: {key: statistics.median(row[key] for row in rows[where])
-                       for key in rows[where][0]} for where in rows}
-    print(json.dumps({**{f"{where}_{key}": round(value, 2)
-                         for where, values in medians.items() for key, value in values.items()},
-                      "bucket_over_directory": round(medians["bucket"]["trials"]
-                                                     / medians["directory"]["trials"], 2)}))
+    medians = {
+        where: {key: statistics.median(row[key] for row in rows[where]) for key in rows[where][0]}
+        for where in rows
+    }
+    print(
+        json.dumps(
+            {
+                **{
+                    f"{where}_{key}": round(value, 2)
+                    for where, values in medians.items()
+                    for key, value in values.items()
+                },
+                "bucket_over_directory": round(
+                    medians["bucket"]["trials"] / medians["directory"]["trials"], 2
+                ),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

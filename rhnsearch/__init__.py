@@ -11,14 +11,21 @@ The Python API, for notebooks and scripts (the `rhnsearch` command line is built
 
 Names are imported on first use, so `import rhnsearch` stays light.
 """
+
 import importlib
 
 __version__ = "0.2.0"
 
-_API = {"load_dataset": "rhnsearch.data", "build_model": "rhnsearch.models",
-        "TrialConfig": "rhnsearch.train", "Trainer": "rhnsearch.train",
-        "load_space": "rhnsearch.search.space", "run_sweep": "rhnsearch.search.sweep",
-        "resume_sweep": "rhnsearch.search.sweep", "load_trials": "rhnsearch.results.store"}
+_API = {
+    "load_dataset": "rhnsearch.data",
+    "build_model": "rhnsearch.models",
+    "TrialConfig": "rhnsearch.train",
+    "Trainer": "rhnsearch.train",
+    "load_space": "rhnsearch.search.space",
+    "run_sweep": "rhnsearch.search.sweep",
+    "resume_sweep": "rhnsearch.search.sweep",
+    "load_trials": "rhnsearch.results.store",
+}
 
 __all__ = ["__version__", *_API]
 

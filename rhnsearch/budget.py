@@ -3,6 +3,7 @@
 Counts equal `sum(p.numel() for p in build_model(...).parameters())` (tested for every arch);
 the formulas follow the cells' definitions (docs/models.md).
 """
+
 from .data.ptb import PTB_VOCAB
 from .errors import UserError
 from .models import check_arch
@@ -24,25 +25,30 @@ def layer_params(arch: str, depth: int, width: int, input_size: int) -> int:
     return counts[arch]
 
 
-def count_params(task: str, arch: str, depth: int, width: int, tied: bool = False,
-                 vocab_size: int = PTB_VOCAB) -> int:
+def count_params(
+    task: str, arch: str, depth: int, width: int, tied: bool = False, vocab_size: int = PTB_VOCAB
+) -> int:
     """Parameters of `build_model(task, arch, depth, width, tied=...)`."""
     check_arch(arch, depth, width)
     the_task = get_task(task)
-    return (layer_params(arch, depth, width, the_task.input_size(width))
-            + the_task.io_params(width, vocab_size, tied))
+    return layer_params(arch, depth, width, the_task.input_size(width)) + the_task.io_params(
+        width, vocab_size, tied
+    )
 
 
-def solve_width(budget: int, task: str, arch: str, depth: int, tied: bool = False,
-                vocab_size: int = PTB_VOCAB) -> int:
+def solve_width(
+    budget: int, task: str, arch: str, depth: int, tied: bool = False, vocab_size: int = PTB_VOCAB
+) -> int:
     """The width whose parameter count is nearest to `budget`."""
+
     def count(n):
         return count_params(task, arch, depth, n, tied, vocab_size)
 
     if count(1) > budget:
         raise UserError(
             f"budget {budget:,} is too small for {task} {arch} at depth {depth}: width 1 "
-            f"already has {count(1):,} parameters; raise the budget or lower the depth")
+            f"already has {count(1):,} parameters; raise the budget or lower the depth"
+        )
     lo, hi = 1, 2
     while count(hi) <= budget:
         lo, hi = hi, hi * 2
@@ -61,8 +67,9 @@ def parse_count(text: str) -> int:
             return int(round(float(t[:-1]) * scale[t[-1]]))
         return int(float(t))
     except (ValueError, OverflowError):
-        raise UserError(f"cannot read {text!r} as a parameter count: write e.g. 32M, 250k "
-                        "or 250000") from None
+        raise UserError(
+            f"cannot read {text!r} as a parameter count: write e.g. 32M, 250k or 250000"
+        ) from None
 
 
 def parse_depths(text: str) -> list[int]:

@@ -6,6 +6,7 @@ A sweep submitted as a Ray Job runs from a copy of the project without its .git:
 submitting machine's commit comes along in the job's environment (RHNSEARCH_GIT_COMMIT,
 RHNSEARCH_GIT_DIRTY).
 """
+
 import functools
 import os
 import subprocess
@@ -17,8 +18,13 @@ from . import __version__
 LIBRARIES = ("torch", "ray", "mlflow", "optuna")
 COMMIT_TAG, DIRTY_TAG = "mlflow.source.git.commit", "git_dirty"
 PLACEMENT_TAGS = ("host", "node_ip", "node_id", "device", "gpu_ids")  # set per trial
-TAGS = (COMMIT_TAG, DIRTY_TAG, "rhnsearch_version", *(f"{lib}_version" for lib in LIBRARIES),
-        *PLACEMENT_TAGS)  # what a run records of its making, in the order tables show it
+TAGS = (
+    COMMIT_TAG,
+    DIRTY_TAG,
+    "rhnsearch_version",
+    *(f"{lib}_version" for lib in LIBRARIES),
+    *PLACEMENT_TAGS,
+)  # what a run records of its making, in the order tables show it
 COMMIT_ENV, DIRTY_ENV = "RHNSEARCH_GIT_COMMIT", "RHNSEARCH_GIT_DIRTY"
 SOURCE = Path(__file__).resolve().parent.parent  # the checkout, if rhnsearch runs from one
 
@@ -27,8 +33,13 @@ def _git(*args: str) -> str | None:
     if not (SOURCE / ".git").exists():
         return None
     try:
-        return subprocess.run(["git", "-C", str(SOURCE), *args], capture_output=True,
-                              text=True, timeout=20, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", str(SOURCE), *args],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
 
@@ -46,9 +57,12 @@ def git_commit() -> tuple[str | None, bool | None]:
 @functools.cache
 def provenance_tags() -> dict[str, str]:
     """MLflow tags naming the code and libraries of this process."""
-    tags = {"mlflow.source.name": "rhnsearch", "mlflow.source.type": "LOCAL",
-            "rhnsearch_version": __version__,
-            **{f"{lib}_version": metadata.version(lib) for lib in LIBRARIES}}
+    tags = {
+        "mlflow.source.name": "rhnsearch",
+        "mlflow.source.type": "LOCAL",
+        "rhnsearch_version": __version__,
+        **{f"{lib}_version": metadata.version(lib) for lib in LIBRARIES},
+    }
     commit, dirty = git_commit()
     if commit:
         tags.update({COMMIT_TAG: commit, DIRTY_TAG: str(dirty)})

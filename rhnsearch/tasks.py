@@ -3,13 +3,14 @@ piano roll (JSB Chorales: 88 independent Bernoulli keys) and the next word (Penn
 softmax over the vocabulary). Models, the trainer, budgets and analyses ask the task; no other
 module branches on its name.
 """
+
 import math
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .data import batchify, batches, windows
+from .data import batches, batchify, windows
 from .errors import UserError
 
 KEYS = 88  # piano keys, MIDI 21..108
@@ -17,11 +18,12 @@ KEYS = 88  # piano keys, MIDI 21..108
 
 class Task:
     """What a task decides. `vocab` is the word vocabulary's size (unused by piano rolls)."""
+
     name: str
-    loss_unit: str         # what one unit of loss is: nats per ...
-    throughput_key: str    # metric name of items trained per second
-    carries_state: bool    # whether the state flows from one batch into the next
-    perplexity: bool       # whether losses are also reported as perplexities
+    loss_unit: str  # what one unit of loss is: nats per ...
+    throughput_key: str  # metric name of items trained per second
+    carries_state: bool  # whether the state flows from one batch into the next
+    perplexity: bool  # whether losses are also reported as perplexities
     final_batch_size: int | None  # batch of the final valid and test numbers (None: the
     #                               training batch)
 
@@ -51,8 +53,14 @@ class Task:
         """(summed loss, number of items it is summed over)."""
         raise NotImplementedError
 
-    def batches(self, split, batch_size: int, bptt: int, shuffle: torch.Generator | None,
-                device: torch.device):
+    def batches(
+        self,
+        split,
+        batch_size: int,
+        bptt: int,
+        shuffle: torch.Generator | None,
+        device: torch.device,
+    ):
         """(inputs, targets, mask or None) batches of a data split, on `device`; in a random
         order drawn from `shuffle` where the task allows."""
         raise NotImplementedError
@@ -65,6 +73,7 @@ class Task:
 class PianoRolls(Task):
     """Chorales as piano rolls (T, B, 88): the loss is the binary cross-entropy summed over the
     88 keys, per real (unpadded) time step. Each chorale starts from the zero state."""
+
     name, loss_unit, throughput_key = "jsb", "nats per time step", "steps_per_sec"
     carries_state, perplexity, final_batch_size = False, False, None  # a chorale is a sequence
 
@@ -84,8 +93,10 @@ class PianoRolls(Task):
         if tied:
             raise UserError("weight tying is for word tasks: set tied to false for jsb")
         if loss_per != "step":
-            raise UserError(f"loss_per={loss_per!r}: chorales differ in length, so jsb "
-                            "averages its loss per time step; use loss_per step")
+            raise UserError(
+                f"loss_per={loss_per!r}: chorales differ in length, so jsb "
+                "averages its loss per time step; use loss_per step"
+            )
 
     def uniform_loss(self, vocab):
         return KEYS * math.log(2)
@@ -110,6 +121,7 @@ class Words(Task):
     flows from each window into the next. The loss is the cross-entropy per word. The final
     valid and test numbers read the whole text as one stream (batch 1), as the RHN authors'
     code reports them; each epoch's validation is batched, as theirs is."""
+
     name, loss_unit, throughput_key = "ptb", "nats per word", "tokens_per_sec"
     carries_state, perplexity, final_batch_size = True, True, 1
 
@@ -131,8 +143,9 @@ class Words(Task):
         return math.log(vocab)
 
     def loss_sum(self, logits, targets, mask=None):
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
-                               reduction="sum")
+        loss = F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum"
+        )
         return loss, targets.numel()
 
     def batches(self, split, batch_size, bptt, shuffle, device):

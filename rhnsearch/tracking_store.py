@@ -1,5 +1,6 @@
 """The MLflow tracking store: where it is by default, its URI made absolute, and a check
 that it answers (shared by sweeps, results and analysis; imports neither Ray nor torch)."""
+
 import os
 import socket
 from pathlib import Path
@@ -48,8 +49,10 @@ def existing_store(uri: str | None) -> str:
     there is a one-line UserError, and nothing is made."""
     uri = resolve_tracking_uri(uri)
     if sqlite_path(uri) and not sqlite_path(uri).is_file():
-        raise UserError(f"no MLflow store at {sqlite_path(uri)}: run a sweep first, or pass "
-                        "--tracking-uri of an existing store")
+        raise UserError(
+            f"no MLflow store at {sqlite_path(uri)}: run a sweep first, or pass "
+            "--tracking-uri of an existing store"
+        )
     check_store(uri)
     return uri
 
@@ -67,25 +70,33 @@ def check_store(uri: str):
     URI is recorded with the sweep)."""
     url = urlparse(uri)
     if url.scheme in ("http", "https") and (url.username or url.password):
-        raise UserError(f"the tracking URI {url.scheme}://{url.hostname}:{url.port or ''} "
-                        "carries a user or password: set MLFLOW_TRACKING_USERNAME and "
-                        "MLFLOW_TRACKING_PASSWORD instead (a URI is recorded with the sweep)")
+        raise UserError(
+            f"the tracking URI {url.scheme}://{url.hostname}:{url.port or ''} "
+            "carries a user or password: set MLFLOW_TRACKING_USERNAME and "
+            "MLFLOW_TRACKING_PASSWORD instead (a URI is recorded with the sweep)"
+        )
     if url.scheme in ("http", "https"):
         try:
             socket.create_connection((url.hostname, url.port or 80), timeout=5).close()
         except OSError as exc:
-            raise UserError(f"MLflow tracking store {uri} is not reachable "
-                            f"({exc.strerror or exc}): start it (mlflow server --host "
-                            "127.0.0.1) or pass a working --tracking-uri") from None
+            raise UserError(
+                f"MLflow tracking store {uri} is not reachable "
+                f"({exc.strerror or exc}): start it (mlflow server --host "
+                "127.0.0.1) or pass a working --tracking-uri"
+            ) from None
     try:
         MlflowClient(uri).search_experiments(max_results=1)
     except Exception as exc:  # the store's own error types vary by backend
         if getattr(exc, "error_code", None) in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
             user = os.environ.get("MLFLOW_TRACKING_USERNAME")
-            raise UserError(f"MLflow at {uri} refused the login"
-                            f"{f' of user {user!r}' if user else ''} ({exc.error_code}): set "
-                            "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD to an "
-                            "account of that server") from None
-        raise UserError(f"{uri} is not a working MLflow tracking store ({first_line(exc)}): "
-                        "start the MLflow server there or pass a working --tracking-uri "
-                        "(http://HOST:PORT or sqlite:///PATH)") from None
+            raise UserError(
+                f"MLflow at {uri} refused the login"
+                f"{f' of user {user!r}' if user else ''} ({exc.error_code}): set "
+                "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD to an "
+                "account of that server"
+            ) from None
+        raise UserError(
+            f"{uri} is not a working MLflow tracking store ({first_line(exc)}): "
+            "start the MLflow server there or pass a working --tracking-uri "
+            "(http://HOST:PORT or sqlite:///PATH)"
+        ) from None

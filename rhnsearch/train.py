@@ -1,5 +1,6 @@
 """Train one configuration epoch by epoch: metrics to a callback, divergence as a result,
 checkpoint and resume, test loss at the best-valid weights."""
+
 from __future__ import annotations
 
 import copy
@@ -29,21 +30,22 @@ class TrialConfig:
     The optimizer defaults train JSB models (RHN depth 2 width 128: valid 8.71 nats per step
     in 30 epochs): SGD with momentum at the best RHN settings of the `cpu` JSB study, on
     batches of 8 (docs/studies.md). The studies fix their own settings in their spaces."""
-    dataset: str = "jsb"          # jsb | ptb | ptb-sample
-    arch: str = "rhn"             # rhn | hsg | dtrnn | dtsrnn | lstm
+
+    dataset: str = "jsb"  # jsb | ptb | ptb-sample
+    arch: str = "rhn"  # rhn | hsg | dtrnn | dtsrnn | lstm
     depth: int = 1
     width: int = 64
     tied: bool = False
     epochs: int = 30
     batch_size: int = 8
-    bptt: int = 35                # words only
-    optimizer: str = "sgd"        # sgd | adam
+    bptt: int = 35  # words only
+    optimizer: str = "sgd"  # sgd | adam
     lr: float = 0.1
     momentum: float = 0.9
     nesterov: bool = False
     weight_decay: float = 0.0
-    clip: float = 10.0            # grad-norm clip; 0 disables
-    lr_decay: float = 1.0         # lr / lr_decay**max(epoch - lr_decay_start, 0)
+    clip: float = 10.0  # grad-norm clip; 0 disables
+    lr_decay: float = 1.0  # lr / lr_decay**max(epoch - lr_decay_start, 0)
     lr_decay_start: int = 0
     init_scale: float = 0.05
     t_bias: float = -3.0
@@ -52,18 +54,18 @@ class TrialConfig:
     drop_i: float = 0.0
     drop_h: float = 0.0
     drop_o: float = 0.0
-    train_fraction: float = 1.0   # train on this leading fraction of the training split
-    max_loss: float = 0.0         # divergence cap; 0 = 3x the loss of a uniform guess
+    train_fraction: float = 1.0  # train on this leading fraction of the training split
+    max_loss: float = 0.0  # divergence cap; 0 = 3x the loss of a uniform guess
     seed: int = 0
-    threads: int = 0              # torch threads; 0 leaves torch's default
-    device: str = "auto"          # auto (CUDA if present) | cpu | cuda
-    backend: str = "auto"         # auto | reference | fused: how the cell's loop runs
-    loss_per: str = "step"        # step: the loss each update descends is the mean per time
+    threads: int = 0  # torch threads; 0 leaves torch's default
+    device: str = "auto"  # auto (CUDA if present) | cpu | cuda
+    backend: str = "auto"  # auto | reference | fused: how the cell's loop runs
+    loss_per: str = "step"  # step: the loss each update descends is the mean per time
     #   step; window (words): summed over a window's steps and averaged over the batch, as in
     #   the RHN authors' PTB code, so that their lr, clip and weight decay mean the same here
 
     @classmethod
-    def from_dict(cls, values: dict) -> "TrialConfig":
+    def from_dict(cls, values: dict) -> TrialConfig:
         """Build from a dict, ignoring keys that are not config fields (e.g. sweep metadata)."""
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in names})
@@ -72,13 +74,17 @@ class TrialConfig:
     def task(self) -> str:
         return DATASETS[self.dataset]
 
-    def validate(self) -> "TrialConfig":
+    def validate(self) -> TrialConfig:
         """Raise a one-line UserError naming the first bad field."""
+
         def bad(field, why):
             raise UserError(f"{field}={getattr(self, field)!r}: {why}")
+
         for f in fields(self):
-            value, kind = getattr(self, f.name), {"int": int, "float": (int, float),
-                                                  "bool": bool, "str": str}[f.type]
+            value, kind = (
+                getattr(self, f.name),
+                {"int": int, "float": (int, float), "bool": bool, "str": str}[f.type],
+            )
             if not isinstance(value, kind) or (f.type != "bool" and isinstance(value, bool)):
                 bad(f.name, f"must be a {f.type}")
             if f.type == "float" and not math.isfinite(value):
@@ -109,10 +115,21 @@ class TrialConfig:
 def trial_model(config: TrialConfig, vocab_size: int = 0) -> torch.nn.Module:
     """The model a config describes, freshly initialized from torch's current RNG."""
     return build_model(
-        config.task, config.arch, config.depth, config.width, vocab_size=vocab_size,
-        tied=config.tied, init_scale=config.init_scale, t_bias=config.t_bias,
-        hsg_bias=config.hsg_bias, drop_x=config.drop_x, drop_i=config.drop_i,
-        drop_h=config.drop_h, drop_o=config.drop_o, backend=config.backend)
+        config.task,
+        config.arch,
+        config.depth,
+        config.width,
+        vocab_size=vocab_size,
+        tied=config.tied,
+        init_scale=config.init_scale,
+        t_bias=config.t_bias,
+        hsg_bias=config.hsg_bias,
+        drop_x=config.drop_x,
+        drop_i=config.drop_i,
+        drop_h=config.drop_h,
+        drop_o=config.drop_o,
+        backend=config.backend,
+    )
 
 
 def pick_device(name: str) -> torch.device:
@@ -140,8 +157,9 @@ class Trainer:
         self.task = get_task(config.task)
         vocab = len(getattr(data, "vocab", ()))
         self.model = trial_model(config, vocab).to(self.device)
-        self.params = count_params(config.task, config.arch, config.depth, config.width,
-                                   config.tied, vocab)
+        self.params = count_params(
+            config.task, config.arch, config.depth, config.width, config.tied, vocab
+        )
         self.optimizer = self._optimizer()
         self.max_loss = config.max_loss or 3 * self.task.uniform_loss(vocab)
         self.epoch, self.status = 0, "running"
@@ -152,12 +170,15 @@ class Trainer:
     def _optimizer(self):
         c = self.config
         if c.optimizer == "sgd":
-            return torch.optim.SGD(self.model.parameters(), lr=c.lr, momentum=c.momentum,
-                                   nesterov=c.nesterov and c.momentum > 0,
-                                   weight_decay=c.weight_decay)
+            return torch.optim.SGD(
+                self.model.parameters(),
+                lr=c.lr,
+                momentum=c.momentum,
+                nesterov=c.nesterov and c.momentum > 0,
+                weight_decay=c.weight_decay,
+            )
         if c.optimizer == "adam":
-            return torch.optim.Adam(self.model.parameters(), lr=c.lr,
-                                    weight_decay=c.weight_decay)
+            return torch.optim.Adam(self.model.parameters(), lr=c.lr, weight_decay=c.weight_decay)
         raise UserError(f"unknown optimizer {c.optimizer!r}: use sgd or adam")
 
     def lr_at(self, epoch: int) -> float:
@@ -171,8 +192,9 @@ class Trainer:
         data = self.data.split(split)
         if split == "train" and c.train_fraction < 1.0:
             data = data[: max(1, int(len(data) * c.train_fraction))]
-        return self.task.batches(data, batch_size or c.batch_size, c.bptt,
-                                 self.shuffle if shuffle else None, self.device)
+        return self.task.batches(
+            data, batch_size or c.batch_size, c.bptt, self.shuffle if shuffle else None, self.device
+        )
 
     def train_epoch(self):
         """One pass over the training data: (mean loss, mean grad norm, steps, items)."""
@@ -202,8 +224,12 @@ class Trainer:
                 break
             self.optimizer.step()
             total, count, norms, steps = total + loss_sum.item(), count + n, norms + norm, steps + 1
-        return (total / count if count else math.nan), (norms / steps if steps else math.nan), \
-            steps, count
+        return (
+            (total / count if count else math.nan),
+            (norms / steps if steps else math.nan),
+            steps,
+            count,
+        )
 
     @torch.no_grad()
     def evaluate(self, split: str, batch_size: int | None = None) -> float:
@@ -241,11 +267,18 @@ class Trainer:
         if self.status == "running" and self.epoch >= self.config.epochs:
             self.status = "completed"
         seconds = time.perf_counter() - start
-        metrics = self._with_ppl({
-            "epoch": self.epoch, "train_loss": train_loss if self.status != "diverged"
-            else self.last_finite_loss, "valid_loss": valid_loss,
-            "best_valid_loss": self.best_valid, "lr": lr, "grad_norm": grad_norm,
-            "epoch_seconds": seconds, self.task.throughput_key: items / seconds})
+        metrics = self._with_ppl(
+            {
+                "epoch": self.epoch,
+                "train_loss": train_loss if self.status != "diverged" else self.last_finite_loss,
+                "valid_loss": valid_loss,
+                "best_valid_loss": self.best_valid,
+                "lr": lr,
+                "grad_norm": grad_norm,
+                "epoch_seconds": seconds,
+                self.task.throughput_key: items / seconds,
+            }
+        )
         metrics["status"] = self.status
         self.history.append(metrics)
         return metrics
@@ -266,11 +299,19 @@ class Trainer:
                 final["full_valid_loss"] = self.evaluate("valid", self.task.final_batch_size)
             self.model.load_state_dict(current)
         last = self.history[-1] if self.history else {}
-        return self._with_ppl({
-            "status": self.status, "epochs": self.epoch, "params": self.params,
-            "dataset": self.config.dataset, "train_loss": last.get("train_loss", math.nan),
-            "valid_loss": last.get("valid_loss", math.nan),
-            "best_valid_loss": self.best_valid, "best_epoch": self.best_epoch, **final})
+        return self._with_ppl(
+            {
+                "status": self.status,
+                "epochs": self.epoch,
+                "params": self.params,
+                "dataset": self.config.dataset,
+                "train_loss": last.get("train_loss", math.nan),
+                "valid_loss": last.get("valid_loss", math.nan),
+                "best_valid_loss": self.best_valid,
+                "best_epoch": self.best_epoch,
+                **final,
+            }
+        )
 
     def fit(self, callback=None) -> dict:
         """Run the remaining epochs, `callback(metrics)` after each; never raises on
@@ -286,12 +327,18 @@ class Trainer:
         """Write the full training state to directory/trainer.pt (atomically)."""
         path = Path(directory) / CHECKPOINT_FILE
         state = {
-            "config": asdict(self.config), "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(), "epoch": self.epoch,
-            "status": self.status, "best_valid": self.best_valid,
-            "best_epoch": self.best_epoch, "best_state": self.best_state,
-            "last_finite_loss": self.last_finite_loss, "history": self.history,
-            "torch_rng": torch.get_rng_state(), "shuffle_rng": self.shuffle.get_state(),
+            "config": asdict(self.config),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "epoch": self.epoch,
+            "status": self.status,
+            "best_valid": self.best_valid,
+            "best_epoch": self.best_epoch,
+            "best_state": self.best_state,
+            "last_finite_loss": self.last_finite_loss,
+            "history": self.history,
+            "torch_rng": torch.get_rng_state(),
+            "shuffle_rng": self.shuffle.get_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
         }
         tmp = path.with_suffix(".tmp")
@@ -305,9 +352,11 @@ class Trainer:
         try:
             state = torch.load(path, map_location=self.device, weights_only=True)
         except pickle.UnpicklingError:  # objects other than tensors and plain data
-            raise UserError(f"{path} holds pickled objects that are not weights: refused "
-                            "unread (loading them could run code); delete it or use a "
-                            "checkpoint rhnsearch saved") from None
+            raise UserError(
+                f"{path} holds pickled objects that are not weights: refused "
+                "unread (loading them could run code); delete it or use a "
+                "checkpoint rhnsearch saved"
+            ) from None
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.epoch, self.status = state["epoch"], state["status"]

@@ -1,6 +1,7 @@
 """Shared fixtures: the real data in ../shared/data (or $RHNSEARCH_TEST_DATA), the smoke
 sweeps of the session, and real Ray clusters of `ray start` nodes on loopback; the tiers
 (tiers.py) that the fixtures a test uses give it."""
+
 import functools
 import http.server
 import importlib.util
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+
 import tiers
 from lab_services import mlflow_pg_server, postgres_uri  # noqa: F401 (fixtures of the session)
 
@@ -32,11 +34,21 @@ SLOW_SECONDS = 30  # a test of the fast tier that runs longer fails: mark it slo
 # The tiers each fixture gives the tests that use it, directly or through another fixture.
 SWEEP = ("slow", "cluster")
 FIXTURE_TIERS = {
-    "jsb_smoke": SWEEP, "ptb_budget_smoke": SWEEP, "ptb_hsg_smoke": SWEEP,
-    "jsb_diverging": SWEEP, "sweeps": SWEEP, "ray_sweep": SWEEP, "cluster": ("cluster",),
-    "local_ray": ("cluster",), "s3_server": ("services",), "postgres_uri": ("services",),
-    "mlflow_pg_server": ("services",), "mlflow_server": ("services",),
-    "mlflow_srv": ("services",), "browser": ("services",), "slurm": ("services", "cluster"),
+    "jsb_smoke": SWEEP,
+    "ptb_budget_smoke": SWEEP,
+    "ptb_hsg_smoke": SWEEP,
+    "jsb_diverging": SWEEP,
+    "sweeps": SWEEP,
+    "ray_sweep": SWEEP,
+    "cluster": ("cluster",),
+    "local_ray": ("cluster",),
+    "s3_server": ("services",),
+    "postgres_uri": ("services",),
+    "mlflow_pg_server": ("services",),
+    "mlflow_server": ("services",),
+    "mlflow_srv": ("services",),
+    "browser": ("services",),
+    "slurm": ("services", "cluster"),
 }
 
 
@@ -60,8 +72,7 @@ def _tier_guard(request):
     yield
     tiers.RUNNING.pop("item", None)
     ray = sys.modules.get("ray")
-    if ray is not None and ray.is_initialized() and not request.node.get_closest_marker(
-            "cluster"):
+    if ray is not None and ray.is_initialized() and not request.node.get_closest_marker("cluster"):
         ray.shutdown()
         pytest.fail(f"{request.node.nodeid} started Ray: mark it `cluster`", pytrace=False)
 
@@ -70,11 +81,17 @@ def _tier_guard(request):
 def pytest_runtest_makereport(item, call):
     """A test of the fast tier that took longer than SLOW_SECONDS fails: mark it `slow`."""
     report = yield
-    if (call.when == "call" and report.passed and call.duration > SLOW_SECONDS
-            and not any(item.get_closest_marker(t) for t in tiers.TIERS)):
+    if (
+        call.when == "call"
+        and report.passed
+        and call.duration > SLOW_SECONDS
+        and not any(item.get_closest_marker(t) for t in tiers.TIERS)
+    ):
         report.outcome = "failed"
-        report.longrepr = (f"{item.nodeid} took {call.duration:.0f} s, more than the fast "
-                           f"tier's {SLOW_SECONDS} s: mark it `slow`")
+        report.longrepr = (
+            f"{item.nodeid} took {call.duration:.0f} s, more than the fast "
+            f"tier's {SLOW_SECONDS} s: mark it `slow`"
+        )
     return report
 
 
@@ -88,24 +105,28 @@ def data_dir() -> Path:
 @pytest.fixture(scope="session")
 def jsb(data_dir):
     from rhnsearch.data import load_dataset
+
     return load_dataset("jsb", data_dir, allow_fetch=False)
 
 
 @pytest.fixture(scope="session")
 def ptb_sample(data_dir):
     from rhnsearch.data import load_dataset
+
     return load_dataset("ptb-sample", data_dir, allow_fetch=False)
 
 
 @contextmanager
 def http_file_server(root: Path):
     """A real HTTP server on 127.0.0.1 serving the files under `root`; yields its URL."""
+
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *args):  # no request or error lines on the test's stderr
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
-                                             functools.partial(Quiet, directory=str(root)))
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Quiet, directory=str(root))
+    )
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
@@ -115,32 +136,45 @@ def http_file_server(root: Path):
 
 
 # Commands that start Ray (unless they refuse their input first, exit 2) or a server.
-STARTS = {("sweep", "run"): "cluster", ("sweep", "resume"): "cluster",
-          ("sweep", "submit"): "cluster", ("ui",): "services"}
+STARTS = {
+    ("sweep", "run"): "cluster",
+    ("sweep", "resume"): "cluster",
+    ("sweep", "submit"): "cluster",
+    ("ui",): "services",
+}
 
 
 def rhnsearch_cli(*args, cwd, timeout=300, check=True, env=None):
     """Run the real `rhnsearch` command line in a subprocess (its whole process group is
     killed if it outlives `timeout`, so no Ray process is left behind). A command that
     started Ray or a server fails a test that lacks the tier (tiers.needs)."""
-    proc = subprocess.Popen([sys.executable, "-m", "rhnsearch.cli", *map(str, args)], cwd=cwd,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **(env or {})}, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rhnsearch.cli", *map(str, args)],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
-        raise AssertionError(f"rhnsearch {' '.join(map(str, args))} ran over {timeout}s:\n"
-                             f"{err[-4000:]}") from None
+        raise AssertionError(
+            f"rhnsearch {' '.join(map(str, args))} ran over {timeout}s:\n{err[-4000:]}"
+        ) from None
     result = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     words = tuple(map(str, args))
     for start, tier in STARTS.items():
-        if words[:len(start)] == start and proc.returncode != 2:
+        if words[: len(start)] == start and proc.returncode != 2:
             tiers.needs(tier, f"ran `rhnsearch {' '.join(start)}`")
     if check and proc.returncode != 0:
-        raise AssertionError(f"rhnsearch {' '.join(map(str, args))} exited "
-                             f"{proc.returncode}:\n{err[-4000:]}\nstdout:\n{out[-3000:]}")
+        raise AssertionError(
+            f"rhnsearch {' '.join(map(str, args))} exited "
+            f"{proc.returncode}:\n{err[-4000:]}\nstdout:\n{out[-3000:]}"
+        )
     return result
 
 
@@ -158,6 +192,7 @@ def rhnsearch_main(*args, cwd, env=None, check=True):
     state (results, analyze, budget, sweep check, --help). Logging goes to the captured
     stderr, as main sets it up in a fresh process."""
     from rhnsearch.cli import main
+
     out, err, root = io.StringIO(), io.StringIO(), logging.getLogger()
     handlers, level, before = root.handlers[:], root.level, os.getcwd()
     saved = {k: os.environ.get(k) for k in (env or {})}
@@ -178,11 +213,14 @@ def rhnsearch_main(*args, cwd, env=None, check=True):
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-    result = subprocess.CompletedProcess(["rhnsearch", *map(str, args)], code, out.getvalue(),
-                                         err.getvalue())
+    result = subprocess.CompletedProcess(
+        ["rhnsearch", *map(str, args)], code, out.getvalue(), err.getvalue()
+    )
     if check and code != 0:
-        raise AssertionError(f"rhnsearch {' '.join(map(str, args))} exited {code}:\n"
-                             f"{result.stderr[-4000:]}\nstdout:\n{result.stdout[-3000:]}")
+        raise AssertionError(
+            f"rhnsearch {' '.join(map(str, args))} exited {code}:\n"
+            f"{result.stderr[-4000:]}\nstdout:\n{result.stdout[-3000:]}"
+        )
     return result
 
 
@@ -192,22 +230,33 @@ class SmokeSweep:
     def __init__(self, cwd: Path, space: str, name: str, data_dir: Path, *extra):
         self.cwd, self.name, self.data_dir = cwd, name, data_dir
         self.tracking_uri = f"sqlite:///{cwd / 'results' / 'mlflow.db'}"
-        proc = rhnsearch_cli("sweep", "run", ROOT / "spaces" / f"{space}.yaml", "--preset",
-                             "smoke", "--data-dir", data_dir, "--name", name, "--json",
-                             *extra, cwd=cwd)
+        proc = rhnsearch_cli(
+            "sweep",
+            "run",
+            ROOT / "spaces" / f"{space}.yaml",
+            "--preset",
+            "smoke",
+            "--data-dir",
+            data_dir,
+            "--name",
+            name,
+            "--json",
+            *extra,
+            cwd=cwd,
+        )
         self.stderr = proc.stderr
         self.summary = json_summary(proc)
         self.experiment = space
 
     def client(self):
         from mlflow.tracking import MlflowClient
+
         return MlflowClient(self.tracking_uri)
 
     def child_runs(self):
         client = self.client()
         exp = client.get_experiment_by_name(self.experiment)
-        return client.search_runs([exp.experiment_id], "tags.kind = 'trial'",
-                                  max_results=10000)
+        return client.search_runs([exp.experiment_id], "tags.kind = 'trial'", max_results=10000)
 
 
 @pytest.fixture(scope="session")
@@ -220,8 +269,9 @@ def sweeps_dir(tmp_path_factory) -> Path:
 def jsb_smoke(sweeps_dir, data_dir) -> SmokeSweep:
     """The JSB optimization study's smoke preset, run once per session on a local Ray; its
     best model is registered as version 1 of `registered`."""
-    sweep = SmokeSweep(sweeps_dir, "jsb_optimization", "smoke-jsb", data_dir,
-                       "--register-model", "jsb-smoke-best")
+    sweep = SmokeSweep(
+        sweeps_dir, "jsb_optimization", "smoke-jsb", data_dir, "--register-model", "jsb-smoke-best"
+    )
     sweep.registered = "jsb-smoke-best"
     return sweep
 
@@ -241,11 +291,26 @@ def jsb_diverging(sweeps_dir, data_dir) -> SmokeSweep:
     """A small JSB sweep with learning rates up to 200 and loose clipping: settings diverge,
     which the swarm plot and the report must show (its own experiment, in the session's
     store)."""
-    sweep = SmokeSweep(sweeps_dir, "jsb_optimization", "smoke-jsb-diverging", data_dir,
-                       "--experiment", "jsb_diverging", "--set", "archs=[rhn, dtrnn]",
-                       "--set", "depths=[1, 6]", "--set", "params.lr={loguniform: [0.05, 200]}",
-                       "--set", "params.clip={loguniform: [1000, 10000]}", "--set", "samples=3",
-                       "--set", "fixed.epochs=3")
+    sweep = SmokeSweep(
+        sweeps_dir,
+        "jsb_optimization",
+        "smoke-jsb-diverging",
+        data_dir,
+        "--experiment",
+        "jsb_diverging",
+        "--set",
+        "archs=[rhn, dtrnn]",
+        "--set",
+        "depths=[1, 6]",
+        "--set",
+        "params.lr={loguniform: [0.05, 200]}",
+        "--set",
+        "params.clip={loguniform: [1000, 10000]}",
+        "--set",
+        "samples=3",
+        "--set",
+        "fixed.epochs=3",
+    )
     sweep.experiment = "jsb_diverging"
     return sweep
 
@@ -256,12 +321,15 @@ def s3_server(tmp_path_factory):
     are in this process's environment (pyarrow and boto3 read them, and the Ray nodes the
     tests start inherit them); a storage URI names its endpoint (S3Server.uri)."""
     from s3_server import S3Server
+
     tiers.needs("services", "starts the S3 server")
     if importlib.util.find_spec("moto") is None:
         tiers.missing("moto's S3 server", "pip install -e '.[test]'")
     server = S3Server(tmp_path_factory.mktemp("s3"), free_port())
-    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-                                            "AWS_DEFAULT_REGION")}
+    saved = {
+        k: os.environ.get(k)
+        for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
+    }
     os.environ.update({k: server.env[k] for k in saved})
     yield server
     server.stop()
@@ -287,8 +355,11 @@ def free_port() -> int:
 def stop_ray_under(temp_dir: str):
     """Stop only the Ray processes of one node (those whose command line names its temp
     dir): `ray stop` would also stop every other Ray on the machine."""
-    procs = [p for p in psutil.process_iter(["cmdline"])
-             if any(temp_dir in arg for arg in (p.info["cmdline"] or []))]
+    procs = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if any(temp_dir in arg for arg in (p.info["cmdline"] or []))
+    ]
     for p in procs:
         p.kill()
     psutil.wait_procs(procs, timeout=30)
@@ -304,35 +375,72 @@ class RayCluster:
         self.gcs_port, self.dashboard_port = free_port(), free_port()
         self.gcs = f"127.0.0.1:{self.gcs_port}"
         self.dashboard = f"http://127.0.0.1:{self.dashboard_port}"
-        self.env = {"RAY_ADDRESS": "", "RAY_AUTH_MODE": "token",
-                    "RAY_AUTH_TOKEN": uuid.uuid4().hex}
+        self.env = {"RAY_ADDRESS": "", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": uuid.uuid4().hex}
         self.temp_dirs = []
 
     def _node_args(self, cpus: int, gpus: int) -> list[str]:
         # Short paths (/tmp/rt...): Ray's unix socket paths must fit in 107 bytes.
         self.temp_dirs.append(f"/tmp/rt{uuid.uuid4().hex[:8]}")
-        return ["--node-ip-address", "127.0.0.1", "--num-cpus", str(cpus), "--num-gpus",
-                str(gpus), "--disable-usage-stats", "--temp-dir", self.temp_dirs[-1]] + [
-            arg for flag in ("--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
-                             "--metrics-export-port", "--runtime-env-agent-port",
-                             "--node-manager-port", "--object-manager-port")
-            for arg in (flag, str(free_port()))]
+        return [
+            "--node-ip-address",
+            "127.0.0.1",
+            "--num-cpus",
+            str(cpus),
+            "--num-gpus",
+            str(gpus),
+            "--disable-usage-stats",
+            "--temp-dir",
+            self.temp_dirs[-1],
+        ] + [
+            arg
+            for flag in (
+                "--dashboard-agent-listen-port",
+                "--dashboard-agent-grpc-port",
+                "--metrics-export-port",
+                "--runtime-env-agent-port",
+                "--node-manager-port",
+                "--object-manager-port",
+            )
+            for arg in (flag, str(free_port()))
+        ]
 
     def _start(self, cmd: list[str], hide=()):
         tiers.needs("cluster", "starts Ray nodes")
         if hide:  # mount the tmpfs, then start the node inside that namespace
             mounts = " && ".join(f"mount -t tmpfs tmpfs {p}" for p in hide)
-            cmd = ["unshare", "-m", "--propagation", "private", "sh", "-c",
-                   f"{mounts} && exec {subprocess.list2cmdline(cmd)}"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180,
-                              env={**os.environ, **self.env})
+            cmd = [
+                "unshare",
+                "-m",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                f"{mounts} && exec {subprocess.list2cmdline(cmd)}",
+            ]
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=180, env={**os.environ, **self.env}
+        )
         assert proc.returncode == 0, proc.stderr[-2000:]
 
     def head(self, cpus: int = 1, gpus: int = 0):
-        self._start(["ray", "start", "--head", "--port", str(self.gcs_port), "--dashboard-host",
-                     "127.0.0.1", "--dashboard-port", str(self.dashboard_port),
-                     "--include-dashboard", "true", "--ray-client-server-port",
-                     str(free_port()), *self._node_args(cpus, gpus)])
+        self._start(
+            [
+                "ray",
+                "start",
+                "--head",
+                "--port",
+                str(self.gcs_port),
+                "--dashboard-host",
+                "127.0.0.1",
+                "--dashboard-port",
+                str(self.dashboard_port),
+                "--include-dashboard",
+                "true",
+                "--ray-client-server-port",
+                str(free_port()),
+                *self._node_args(cpus, gpus),
+            ]
+        )
         return self
 
     def worker(self, cpus: int = 1, hide=()):
@@ -389,17 +497,39 @@ class Sweep:
         self.out, self.err = open(cwd / f"{name}.out", "w+"), open(cwd / f"{name}.err", "w+")
         where = ["--storage-path", str(storage)] if storage else []
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rhnsearch.cli", "sweep", "run", str(JSB_SPACE), "--preset",
-             "smoke", "--data-dir", str(data_dir), "--name", name, "--json", *where,
-             *map(str, args)],
-            cwd=cwd, stdout=self.out, stderr=self.err,
-            env={**os.environ, "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "0",
-                 "TUNE_GLOBAL_CHECKPOINT_S": "0", **(env or {})},
-            start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "rhnsearch.cli",
+                "sweep",
+                "run",
+                str(JSB_SPACE),
+                "--preset",
+                "smoke",
+                "--data-dir",
+                str(data_dir),
+                "--name",
+                name,
+                "--json",
+                *where,
+                *map(str, args),
+            ],
+            cwd=cwd,
+            stdout=self.out,
+            stderr=self.err,
+            env={
+                **os.environ,
+                "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "0",
+                "TUNE_GLOBAL_CHECKPOINT_S": "0",
+                **(env or {}),
+            },
+            start_new_session=True,
+        )
 
     def results(self) -> dict[str, list[dict]]:
         """Trial dir -> the results Tune has written for it so far."""
         from rhnsearch.search import storage
+
         found = {}
         for trial in storage.listdir(storage.join(self.storage, self.name)):
             text = storage.read_text(storage.join(self.storage, self.name, trial, "result.json"))
@@ -422,8 +552,10 @@ class Sweep:
             self.proc.wait()
         self.out.seek(0), self.err.seek(0)
         out, err = self.out.read(), self.err.read()
-        summary = next((json.loads(line) for line in reversed(out.splitlines())
-                        if line.startswith('{"name"')), None)  # Ray may print after it
+        summary = next(
+            (json.loads(line) for line in reversed(out.splitlines()) if line.startswith('{"name"')),
+            None,
+        )  # Ray may print after it
         return self.proc.returncode, summary, err
 
     def stop(self):
@@ -443,8 +575,7 @@ def sweeps():
     def start(*args, **kwargs):
         started.append(Sweep(*args, **kwargs))
         return started[-1]
+
     yield start
     for sweep in started:
         sweep.stop()
-
-

@@ -4,6 +4,7 @@ machine's Debian cluster (started if it is down), and an `mlflow server` backed 
 PostgreSQL must be installed (Debian's `postgresql`; `.ci/run` installs it): where it is
 missing, a test skips naming the package (fails in CI); where it cannot be started, the
 fixtures fail with the reason."""
+
 import os
 import secrets
 import shutil
@@ -17,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
 import tiers
 
 
@@ -35,8 +37,10 @@ def postgres_cluster() -> int:
     """The port of the machine's PostgreSQL cluster (the first pg_lsclusters lists), started
     with pg_ctlcluster if it is down."""
     if shutil.which("pg_lsclusters") is None:
-        tiers.missing("Debian's PostgreSQL (no pg_lsclusters)",
-                      "apt-get install -y postgresql, as .ci/run does")
+        tiers.missing(
+            "Debian's PostgreSQL (no pg_lsclusters)",
+            "apt-get install -y postgresql, as .ci/run does",
+        )
     lines = _run(["pg_lsclusters", "--no-header"], "listing PostgreSQL clusters").splitlines()
     if not lines:
         raise ServiceError("no PostgreSQL cluster: create one (pg_createcluster 15 main)")
@@ -48,8 +52,24 @@ def postgres_cluster() -> int:
 
 def psql(port: int, sql: str) -> str:
     """Run SQL as the `postgres` superuser (peer authentication, so as root)."""
-    return _run(["runuser", "-u", "postgres", "--", "psql", "-p", str(port), "-X", "-q",
-                 "-v", "ON_ERROR_STOP=1", "-Atc", sql], "psql")
+    return _run(
+        [
+            "runuser",
+            "-u",
+            "postgres",
+            "--",
+            "psql",
+            "-p",
+            str(port),
+            "-X",
+            "-q",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-Atc",
+            sql,
+        ],
+        "psql",
+    )
 
 
 @contextmanager
@@ -75,8 +95,14 @@ def free_port() -> int:
 
 
 @contextmanager
-def mlflow_server(backend_uri: str, workdir: Path, timeout: float = 180,
-                  artifacts: str | None = None, env: dict | None = None, login: bool = False):
+def mlflow_server(
+    backend_uri: str,
+    workdir: Path,
+    timeout: float = 180,
+    artifacts: str | None = None,
+    env: dict | None = None,
+    login: bool = False,
+):
     """`mlflow server` on BACKEND_URI (one worker, on a free loopback port, artifacts proxied
     to ARTIFACTS, by default WORKDIR/artifacts, its log in WORKDIR/mlflow-server.log, with
     ENV added to its environment; with LOGIN, behind MLflow's basic-auth app, whose admin is
@@ -85,12 +111,29 @@ def mlflow_server(backend_uri: str, workdir: Path, timeout: float = 180,
     tiers.needs("services", "starts an MLflow server")
     port, log = free_port(), open(workdir / "mlflow-server.log", "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_uri,
-         "--artifacts-destination", artifacts or str(workdir / "artifacts"), "--host",
-         "127.0.0.1", "--port", str(port), "--workers", "1",
-         *(["--app-name", "basic-auth"] if login else [])],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=workdir,
-        env={**os.environ, **(env or {})})
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            backend_uri,
+            "--artifacts-destination",
+            artifacts or str(workdir / "artifacts"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+            *(["--app-name", "basic-auth"] if login else []),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        cwd=workdir,
+        env={**os.environ, **(env or {})},
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout
@@ -101,8 +144,10 @@ def mlflow_server(backend_uri: str, workdir: Path, timeout: float = 180,
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     tail = (workdir / "mlflow-server.log").read_text()[-2000:]
-                    raise ServiceError(f"mlflow server on {backend_uri.split('@')[-1]} did "
-                                       f"not start (exit {proc.poll()}):\n{tail}") from None
+                    raise ServiceError(
+                        f"mlflow server on {backend_uri.split('@')[-1]} did "
+                        f"not start (exit {proc.poll()}):\n{tail}"
+                    ) from None
                 time.sleep(0.5)
         yield url
     finally:

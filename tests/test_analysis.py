@@ -1,6 +1,7 @@
 """Analyses of trained models (`rhnsearch analyze`): models of the real JSB smoke sweep and a
 tiny HSG trained here on JSB, loaded back from MLflow; the Jacobian checked against finite
 differences and the paper's carry limit (eq. 15); lesioning; the four commands end to end."""
+
 import json
 from dataclasses import asdict
 from pathlib import Path
@@ -13,16 +14,16 @@ import torch
 from mlflow.tracking import MlflowClient
 from ray.tune import ExperimentAnalysis
 
-from conftest import rhnsearch_main
 from rhnsearch.analysis.checkpoint import load_trainer
-from rhnsearch.analysis.mlflow_model import log_mlflow_model
 from rhnsearch.analysis.gates import activity_table, gate_activity, hsg_gate_values
 from rhnsearch.analysis.lesion import LESION_BIAS, lesion
+from rhnsearch.analysis.mlflow_model import log_mlflow_model
 from rhnsearch.analysis.sequences import example_sequences
-from rhnsearch.analysis.spectrum import (per_jacobian, sample_jacobians, spectra,
-                                         temporal_jacobians)
+from rhnsearch.analysis.spectrum import per_jacobian, sample_jacobians, spectra, temporal_jacobians
 from rhnsearch.models import build_layer
 from rhnsearch.train import CHECKPOINT_FILE, Trainer, TrialConfig
+
+from conftest import rhnsearch_main
 
 
 def finished(run) -> bool:
@@ -36,22 +37,37 @@ def smoke_models(jsb_smoke, jsb):
     of their runs; and a tiny HSG trained here for 2 epochs, logged to a run of its own."""
     client = jsb_smoke.client()
     runs = [r for r in jsb_smoke.child_runs() if finished(r)]
-    depth = max(int(r.data.params["depth"]) for r in runs if r.data.params["arch"] == "rhn"
-                and any(o.data.params["arch"] == "dtrnn" and o.data.params["depth"] ==
-                        r.data.params["depth"] for o in runs))
+    depth = max(
+        int(r.data.params["depth"])
+        for r in runs
+        if r.data.params["arch"] == "rhn"
+        and any(
+            o.data.params["arch"] == "dtrnn" and o.data.params["depth"] == r.data.params["depth"]
+            for o in runs
+        )
+    )
     trials = ExperimentAnalysis(str(jsb_smoke.cwd / "results" / "sweeps" / jsb_smoke.name))
     checkpoints = {t.trial_id: t.checkpoint for t in trials.trials}
     ids = {}
     for arch in ("rhn", "dtrnn"):
-        run = min((r for r in runs if r.data.params["arch"] == arch
-                   and r.data.params["depth"] == str(depth)),
-                  key=lambda r: r.data.metrics["best_valid_loss"])
+        run = min(
+            (
+                r
+                for r in runs
+                if r.data.params["arch"] == arch and r.data.params["depth"] == str(depth)
+            ),
+            key=lambda r: r.data.metrics["best_valid_loss"],
+        )
         with checkpoints[run.data.tags["trial_id"]].as_directory() as directory:
             state = torch.load(Path(directory) / CHECKPOINT_FILE, weights_only=True)
         log_mlflow_model(client, run.info.run_id, state["config"], state["best_state"], jsb)
         ids[arch] = run.info.run_id
-    hsg = Trainer(TrialConfig(arch="hsg", depth=3, width=16, epochs=2, lr=0.3, momentum=0.9,
-                              batch_size=32, seed=5), jsb)
+    hsg = Trainer(
+        TrialConfig(
+            arch="hsg", depth=3, width=16, epochs=2, lr=0.3, momentum=0.9, batch_size=32, seed=5
+        ),
+        jsb,
+    )
     hsg.fit()
     experiment = client.create_experiment("analysis-tests")
     run = client.create_run(experiment, run_name="hsg-tiny", tags={"arch": "hsg"})
@@ -89,8 +105,7 @@ def test_jacobian_matches_finite_differences(arch):
             step = torch.zeros_like(y)
             step[:, j] = eps
             up, down = layer(x[None], y + step)[1], layer(x[None], y - step)[1]
-            torch.testing.assert_close(jac[:, :, j], (up - down) / (2 * eps), rtol=0,
-                                       atol=1e-8)
+            torch.testing.assert_close(jac[:, :, j], (up - down) / (2 * eps), rtol=0, atol=1e-8)
     assert jac.abs().max() > 0.05  # a real, non-trivial Jacobian
 
 
@@ -106,8 +121,12 @@ def test_carry_gates_make_every_eigenvalue_one(jsb_smoke, data_dir, smoke_models
             trainer.model.layer.cell.transform_bias(layer).fill_(LESION_BIAS)
     carry = spectra(*sample_jacobians(trainer, inputs, lengths, 4), "carry")
     assert len(carry) == 3 * 4 * trainer.config.width
-    for column, value in [("eig_real", 1.0), ("eig_imag", 0.0), ("disc_centre", 1.0),
-                          ("disc_radius", 0.0)]:
+    for column, value in [
+        ("eig_real", 1.0),
+        ("eig_imag", 0.0),
+        ("disc_centre", 1.0),
+        ("disc_radius", 0.0),
+    ]:
         np.testing.assert_allclose(carry[column], value, rtol=0, atol=1e-6)
 
 
@@ -125,8 +144,7 @@ def test_eigenvalues_lie_in_the_gersgorin_discs(jsb_smoke, data_dir, smoke_model
         assert (outside.min(1).values <= 1e-9).all()
 
 
-def test_lesioning_a_closed_layer_changes_the_loss_by_nothing(jsb_smoke, data_dir,
-                                                              smoke_models):
+def test_lesioning_a_closed_layer_changes_the_loss_by_nothing(jsb_smoke, data_dir, smoke_models):
     trainer = load(jsb_smoke, data_dir, smoke_models["rhn"])
     rhn, closed = trainer.model.layer.cell, trainer.config.depth - 1
     with torch.no_grad():
@@ -145,8 +163,9 @@ def test_gate_heatmap_is_layers_by_steps(jsb_smoke, data_dir, jsb, smoke_models)
     trainer = load(jsb_smoke, data_dir, smoke_models["rhn"])
     inputs, lengths = example_sequences(trainer, 3, "valid")
     activity = gate_activity(trainer, inputs, lengths)
-    assert [a.shape for a in activity] == [(trainer.config.depth, len(roll) - 1)
-                                           for roll in jsb.valid[:3]]
+    assert [a.shape for a in activity] == [
+        (trainer.config.depth, len(roll) - 1) for roll in jsb.valid[:3]
+    ]
     assert all(((a > 0) & (a < 1)).all() for a in activity)
     table = activity_table(activity)
     assert len(table) == trainer.config.depth * sum(lengths)
@@ -162,15 +181,27 @@ def test_hsg_gate_values_cover_every_unit_and_real_step(jsb_smoke, data_dir, smo
 
 
 def analyze(jsb_smoke, data_dir, tmp_path, *args, check=True):
-    return rhnsearch_main("analyze", *args, "--tracking-uri", jsb_smoke.tracking_uri,
-                         "--data-dir", data_dir, "--out", tmp_path, "--json",
-                         cwd=jsb_smoke.cwd, check=check)
+    return rhnsearch_main(
+        "analyze",
+        *args,
+        "--tracking-uri",
+        jsb_smoke.tracking_uri,
+        "--data-dir",
+        data_dir,
+        "--out",
+        tmp_path,
+        "--json",
+        cwd=jsb_smoke.cwd,
+        check=check,
+    )
 
 
 def outputs_in_mlflow(jsb_smoke, proc, name: str, files: set) -> dict:
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
-    logged = {Path(a.path).name for a in jsb_smoke.client().list_artifacts(
-        summary["run_id"], f"analysis/{name}")}
+    logged = {
+        Path(a.path).name
+        for a in jsb_smoke.client().list_artifacts(summary["run_id"], f"analysis/{name}")
+    }
     assert files | {f"{name}.png", f"{name}.svg", "summary.json"} <= logged, logged
     return summary
 
@@ -180,38 +211,62 @@ def test_all_four_analyses_from_the_command_line(jsb_smoke, data_dir, smoke_mode
     client = jsb_smoke.client()
     depth = int(client.get_run(rhn).data.params["depth"])
 
-    gates = outputs_in_mlflow(jsb_smoke, analyze(jsb_smoke, data_dir, tmp_path, "gates", rhn,
-                                                 "--sequences", "4"), "gates", {"gates.csv"})
+    gates = outputs_in_mlflow(
+        jsb_smoke,
+        analyze(jsb_smoke, data_dir, tmp_path, "gates", rhn, "--sequences", "4"),
+        "gates",
+        {"gates.csv"},
+    )
     table = pd.read_csv(Path(gates["out"]) / "gates.csv")
     assert table.sequence.nunique() == 4 and table.layer.max() == depth
     assert client.get_run(rhn).data.metrics[f"gate_mean_layer{depth}"] == pytest.approx(
-        gates[f"gate_mean_layer{depth}"])
+        gates[f"gate_mean_layer{depth}"]
+    )
 
-    lesioned = outputs_in_mlflow(jsb_smoke, analyze(jsb_smoke, data_dir, tmp_path, "lesion",
-                                                    rhn), "lesion", {"lesion.csv"})
+    lesioned = outputs_in_mlflow(
+        jsb_smoke, analyze(jsb_smoke, data_dir, tmp_path, "lesion", rhn), "lesion", {"lesion.csv"}
+    )
     assert len(pd.read_csv(Path(lesioned["out"]) / "lesion.csv")) == depth
 
-    hist = outputs_in_mlflow(jsb_smoke, analyze(jsb_smoke, data_dir, tmp_path, "hsg-gates",
-                                                hsg), "hsg-gates", {"hsg_gates.parquet"})
+    hist = outputs_in_mlflow(
+        jsb_smoke,
+        analyze(jsb_smoke, data_dir, tmp_path, "hsg-gates", hsg),
+        "hsg-gates",
+        {"hsg_gates.parquet"},
+    )
     assert 0 < hist["hsg_gate_mean"] < 1
 
-    proc = analyze(jsb_smoke, data_dir, tmp_path, "spectrum", rhn, "--compare", dtrnn,
-                   "--sequences", "2", "--steps", "3")
-    spectrum = outputs_in_mlflow(jsb_smoke, proc, "spectrum",
-                                 {"spectrum.parquet", "spectrum_steps.csv"})
+    proc = analyze(
+        jsb_smoke,
+        data_dir,
+        tmp_path,
+        "spectrum",
+        rhn,
+        "--compare",
+        dtrnn,
+        "--sequences",
+        "2",
+        "--steps",
+        "3",
+    )
+    spectrum = outputs_in_mlflow(
+        jsb_smoke, proc, "spectrum", {"spectrum.parquet", "spectrum_steps.csv"}
+    )
     steps = pd.read_csv(Path(spectrum["out"]) / "spectrum_steps.csv")
     assert steps.model.nunique() == 2 and len(steps) == 2 * 2 * 3
     assert spectrum["compare"]["run_id"] == dtrnn
-    assert 0 < spectrum["spectral_radius_mean"] and 0 < spectrum["compare"][
-        "spectral_radius_mean"]
+    assert 0 < spectrum["spectral_radius_mean"] and 0 < spectrum["compare"]["spectral_radius_mean"]
 
 
 def test_best_model_of_the_experiment(jsb_smoke, data_dir, tmp_path):
     """By --best or by the version the sweep registered (--register-model)."""
-    for which in (["--best", "--experiment", "jsb_optimization"],
-                  [f"models:/{jsb_smoke.registered}/1"]):
-        proc = analyze(jsb_smoke, data_dir, tmp_path, "spectrum", *which, "--sequences", "1",
-                       "--steps", "2")
+    for which in (
+        ["--best", "--experiment", "jsb_optimization"],
+        [f"models:/{jsb_smoke.registered}/1"],
+    ):
+        proc = analyze(
+            jsb_smoke, data_dir, tmp_path, "spectrum", *which, "--sequences", "1", "--steps", "2"
+        )
         summary = json.loads(proc.stdout.strip().splitlines()[-1])
         assert summary["run_id"] == jsb_smoke.summary["best"]["run_id"]
 
@@ -225,12 +280,12 @@ def test_registered_model_loads_with_pyfunc_and_predicts_as_rhnsearch(jsb_smoke,
     experiment = client.get_experiment_by_name("jsb_optimization")
     version = client.get_model_version(jsb_smoke.registered, "1")
     logged = client.get_logged_model(version.source.removeprefix("models:/"))  # Models tab:
-    assert logged.model_id in [m.model_id for m in client.search_logged_models(
-        [experiment.experiment_id])]
+    assert logged.model_id in [
+        m.model_id for m in client.search_logged_models([experiment.experiment_id])
+    ]
     assert version.run_id == logged.source_run_id == best["run_id"]
     assert logged.name == "model" and logged.status == "READY"
-    assert {m.key: m.value for m in logged.metrics}["best_valid_loss"] == \
-        best["best_valid_loss"]
+    assert {m.key: m.value for m in logged.metrics}["best_valid_loss"] == best["best_valid_loss"]
     p = best["params"]
     assert version.tags["study"] == "jsb_optimization" and version.tags["sweep"] == "smoke-jsb"
     assert version.tags["cell"] == f"{p['arch']} d{p['depth']} w{p['width']}"
@@ -249,9 +304,9 @@ def test_registered_model_loads_with_pyfunc_and_predicts_as_rhnsearch(jsb_smoke,
     assert model.metadata.saved_input_example_info is not None
     trainer = load(jsb_smoke, data_dir, best["run_id"])
     inputs, lengths = example_sequences(trainer, 4, "test")
-    batch = inputs[:min(lengths)].transpose(0, 1).numpy()  # (sequences, steps, 88)
+    batch = inputs[: min(lengths)].transpose(0, 1).numpy()  # (sequences, steps, 88)
     with torch.no_grad():
-        want = trainer.model(inputs[:min(lengths)])[0].transpose(0, 1).numpy()
+        want = trainer.model(inputs[: min(lengths)])[0].transpose(0, 1).numpy()
     got = model.predict(batch)
     assert got.shape == (4, min(lengths), 88)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
@@ -263,8 +318,10 @@ def test_a_model_in_the_older_layout_still_loads(jsb, data_dir, tmp_path):
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     run = client.create_run(client.create_experiment("old-layout"))
     trainer = Trainer(TrialConfig(width=8, epochs=1, seed=11), jsb)
-    torch.save({"config": asdict(trainer.config), "weights": trainer.model.state_dict()},
-               tmp_path / "model.pt")
+    torch.save(
+        {"config": asdict(trainer.config), "weights": trainer.model.state_dict()},
+        tmp_path / "model.pt",
+    )
     (tmp_path / "config.json").write_text(json.dumps(asdict(trainer.config)))
     for name in ("model.pt", "config.json"):
         client.log_artifact(run.info.run_id, tmp_path / name, "model")
@@ -273,22 +330,27 @@ def test_a_model_in_the_older_layout_still_loads(jsb, data_dir, tmp_path):
         assert torch.equal(loaded.model.state_dict()[key], value), key
 
 
-@pytest.mark.parametrize("analysis, model, message", [
-    ("gates", "dtrnn", "gates needs an rhn or hsg model but this run's arch is dtrnn"),
-    ("hsg-gates", "rhn", "hsg-gates needs an hsg model but this run's arch is rhn"),
-    ("lesion", None, "has no kept model"),
-    ("lesion", "models:/no-such-model/1", "no registered model version models:/no-such-"),
-    ("gates", "", "give either a RUN_ID or --best --experiment NAME"),
-])
-def test_user_errors_are_one_line_exit_2(jsb_smoke, data_dir, smoke_models, tmp_path,
-                                         analysis, model, message):
+@pytest.mark.parametrize(
+    "analysis, model, message",
+    [
+        ("gates", "dtrnn", "gates needs an rhn or hsg model but this run's arch is dtrnn"),
+        ("hsg-gates", "rhn", "hsg-gates needs an hsg model but this run's arch is rhn"),
+        ("lesion", None, "has no kept model"),
+        ("lesion", "models:/no-such-model/1", "no registered model version models:/no-such-"),
+        ("gates", "", "give either a RUN_ID or --best --experiment NAME"),
+    ],
+)
+def test_user_errors_are_one_line_exit_2(
+    jsb_smoke, data_dir, smoke_models, tmp_path, analysis, model, message
+):
     if model is None:  # a finished run whose model the sweep did not keep
         kept = set(smoke_models.values()) | {jsb_smoke.summary["best"]["run_id"]}
         run_id = next(r.info.run_id for r in jsb_smoke.child_runs() if r.info.run_id not in kept)
     else:
         run_id = smoke_models.get(model, model) or None
-    proc = analyze(jsb_smoke, data_dir, tmp_path, analysis, *([run_id] if run_id else []),
-                   check=False)
+    proc = analyze(
+        jsb_smoke, data_dir, tmp_path, analysis, *([run_id] if run_id else []), check=False
+    )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert lines[-1].startswith("rhnsearch: error: ") and message in lines[-1], lines[-3:]

@@ -4,6 +4,7 @@ state and every parameter, in float64 to 1e-10 and in float32 to rtol 1e-4 / ato
 fused loop computes tanh as 2 σ(2a) - 1 and uses oneDNN's products), through oneDNN's products
 and through the public torch ops it falls back to. Timing lives in benchmarks/layer_speed.py.
 """
+
 import os
 import subprocess
 import sys
@@ -16,8 +17,7 @@ from rhnsearch.models import CELLS, Recurrent, build_model
 from rhnsearch.models.fused import kernels
 
 DATA = Path(__file__).parent / "data"
-TOLERANCE = {torch.float64: dict(rtol=1e-10, atol=1e-12),
-             torch.float32: dict(rtol=1e-4, atol=1e-5)}
+TOLERANCE = {torch.float64: dict(rtol=1e-10, atol=1e-12), torch.float32: dict(rtol=1e-4, atol=1e-5)}
 
 
 @pytest.fixture(params=[True, False], ids=["onednn", "public-ops"])
@@ -44,8 +44,9 @@ def run(layer, x, s0, seed=3):
     torch.manual_seed(seed)  # the dropout masks
     out, state, gates = layer(x, s0, return_gates=True)
     (out.sin().sum() + (state * state).sum()).backward()
-    return [out, state, *gates.values(), x.grad, s0.grad] + \
-        [p.grad.clone() for p in layer.parameters()]
+    return [out, state, *gates.values(), x.grad, s0.grad] + [
+        p.grad.clone() for p in layer.parameters()
+    ]
 
 
 def assert_all_close(got, want, dtype):
@@ -77,13 +78,31 @@ def test_whole_models_agree_on_both_backends(task, arch):
     grads, losses = [], []
     for backend in ("reference", "fused"):
         torch.manual_seed(0)
-        model = build_model(task, arch, depth, 8, vocab_size=vocab, init_scale=0.3,
-                            drop_x=0.2, drop_i=0.3, drop_h=0.0 if arch == "lstm" else 0.3,
-                            drop_o=0.3, backend=backend).double().train()
+        model = (
+            build_model(
+                task,
+                arch,
+                depth,
+                8,
+                vocab_size=vocab,
+                init_scale=0.3,
+                drop_x=0.2,
+                drop_i=0.3,
+                drop_h=0.0 if arch == "lstm" else 0.3,
+                drop_o=0.3,
+                backend=backend,
+            )
+            .double()
+            .train()
+        )
         gen = torch.Generator().manual_seed(1)
         if task == "jsb":
-            windows = [((torch.rand(6, 4, 88, generator=gen) < 0.1).double(),
-                        (torch.rand(6, 4, 88, generator=gen) < 0.1).double())] * 2
+            windows = [
+                (
+                    (torch.rand(6, 4, 88, generator=gen) < 0.1).double(),
+                    (torch.rand(6, 4, 88, generator=gen) < 0.1).double(),
+                )
+            ] * 2
         else:
             ids = torch.randint(0, vocab, (13, 4), generator=gen)
             windows = [(ids[:6], ids[1:7]), (ids[6:12], ids[7:13])]
@@ -172,16 +191,19 @@ def test_probe_accepts_working_ops_and_refuses_broken_ones():
 
 def test_fallback_when_onednn_is_off(tmp_path):
     """RHNSEARCH_ONEDNN=0 (or a failed probe) leaves only public torch ops, which agree."""
-    script = ("from rhnsearch.models.fused import kernels; import torch;"
-              "from rhnsearch.models import build_model;"
-              "m = build_model('jsb', 'rhn', 2, 64, backend='fused');"
-              "r = build_model('jsb', 'rhn', 2, 64, backend='reference');"
-              "r.load_state_dict(m.state_dict()); x = torch.rand(5, 40, 88);"
-              "torch.testing.assert_close(m(x)[0], r(x)[0], rtol=1e-4, atol=1e-5);"
-              "print(kernels.ONEDNN)")
+    script = (
+        "from rhnsearch.models.fused import kernels; import torch;"
+        "from rhnsearch.models import build_model;"
+        "m = build_model('jsb', 'rhn', 2, 64, backend='fused');"
+        "r = build_model('jsb', 'rhn', 2, 64, backend='reference');"
+        "r.load_state_dict(m.state_dict()); x = torch.rand(5, 40, 88);"
+        "torch.testing.assert_close(m(x)[0], r(x)[0], rtol=1e-4, atol=1e-5);"
+        "print(kernels.ONEDNN)"
+    )
     env = {**os.environ, "RHNSEARCH_ONEDNN": "0"}
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == "False"
 
 
@@ -197,5 +219,6 @@ def test_checkpoints_from_before_the_cells_still_load():
             model.load_state_dict(entry["weights"])
             with torch.no_grad():
                 logits = model(entry["inputs"])[0]
-            torch.testing.assert_close(logits, entry["logits"], rtol=1e-5, atol=1e-6,
-                                       msg=f"{name} on {backend}")
+            torch.testing.assert_close(
+                logits, entry["logits"], rtol=1e-5, atol=1e-6, msg=f"{name} on {backend}"
+            )

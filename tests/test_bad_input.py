@@ -2,6 +2,7 @@
 table of cases and a property test of random mutations), data files, MLflow URIs, the UI's
 port. Security: the UI listens on loopback only; a checkpoint holding pickled objects is
 refused unread."""
+
 import functools
 import json
 import os
@@ -21,10 +22,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import JSB_SPACE, ROOT, free_port, http_file_server, rhnsearch_cli, rhnsearch_main
 from rhnsearch.cli import main
 from rhnsearch.errors import UserError
 from rhnsearch.search.space import load_space
+
+from conftest import JSB_SPACE, ROOT, free_port, http_file_server, rhnsearch_cli, rhnsearch_main
 
 SPACES = sorted((ROOT / "spaces").glob("*.yaml"))
 UNREACHABLE_RAY = ["--address", "127.0.0.1:9"]  # a space that wrongly passed stops here
@@ -43,10 +45,11 @@ def one_line_error(code: int, err: str, expected: str):
 # -- search spaces ---------------------------------------------------------------------------
 SPACE_CASES = {  # name: (--set overrides, expected part of the message)
     "unknown nested key": (["scheduler.grace=2"], "scheduler.grace: unknown key"),
-    "unknown trial setting": (["fixed.learning_rate=0.1"],
-                              "unknown trial setting 'learning_rate'"),
-    "unknown hyperparameter": (["params.learning_rate={uniform: [0.1, 1.0]}"],
-                               "unknown hyperparameter 'learning_rate'"),
+    "unknown trial setting": (["fixed.learning_rate=0.1"], "unknown trial setting 'learning_rate'"),
+    "unknown hyperparameter": (
+        ["params.learning_rate={uniform: [0.1, 1.0]}"],
+        "unknown hyperparameter 'learning_rate'",
+    ),
     "samples not an int": (["samples=many"], "samples: Input should be a valid integer"),
     "archs not a list": (["archs=rhn"], "archs: Input should be a valid list"),
     "epochs not an int": (["fixed.epochs=ten"], "'ten'"),
@@ -57,17 +60,23 @@ SPACE_CASES = {  # name: (--set overrides, expected part of the message)
     "empty randint": (["params.seed={randint: [10, 1]}"], "randint range [10, 1] is empty"),
     "empty choice": (["params.momentum={choice: []}"], "choice needs at least one value"),
     "no archs": (["archs=[]"], "archs: List should have at least 1 item"),
-    "loguniform from 0": (["params.lr={loguniform: [0, 1]}"],
-                          "loguniform bounds must be positive, got 0"),
-    "loguniform negative": (["params.lr={loguniform: [-1, 1]}"],
-                            "loguniform bounds must be positive, got -1"),
+    "loguniform from 0": (
+        ["params.lr={loguniform: [0, 1]}"],
+        "loguniform bounds must be positive, got 0",
+    ),
+    "loguniform negative": (
+        ["params.lr={loguniform: [-1, 1]}"],
+        "loguniform bounds must be positive, got -1",
+    ),
     "unknown dataset": (["dataset=mnist"], "unknown dataset 'mnist'"),
     "unknown arch": (["archs=[rhn, gru]"], "unknown arch 'gru'"),
     "unknown scheduler": (["scheduler.name=hyperband"], "scheduler.name"),
     "unknown search": (["search=grid"], "search"),
     "lstm with depth": (["archs=[lstm]"], "lstm has no recurrence depth"),
-    "budget too small for depth 6": (["budget={1: 6k, 2: 8k, 4: 12k, 6: 300}"],
-                                     "budget 300 is too small for jsb rhn at depth 6"),
+    "budget too small for depth 6": (
+        ["budget={1: 6k, 2: 8k, 4: 12k, 6: 300}"],
+        "budget 300 is too small for jsb rhn at depth 6",
+    ),
     "budget misses a depth": (["budget={1: 6k}"], "budget has no entry for depth 2"),
     "budget and width": (["width=32"], "give either budget"),
     "depth 0": (["depths=[0, 2]"], "depths must be positive integers"),
@@ -84,6 +93,7 @@ def test_a_quoted_error_is_its_first_line_or_its_type():
     """What a one-line message quotes of another library's error: its first line, cut to a
     length; an error with no message (a bare OSError) is named by its type, not an IndexError."""
     from rhnsearch.errors import first_line
+
     assert first_line(OSError()) == "OSError"
     assert first_line(ValueError("  \n")) == "ValueError"
     assert first_line(RuntimeError("bucket gone\n  Traceback...")) == "bucket gone"
@@ -96,25 +106,28 @@ def test_bad_space_is_one_line_and_writes_nothing(case, tmp_path, monkeypatch, c
     overrides, expected = SPACE_CASES[case]
     monkeypatch.chdir(tmp_path)
     args = [arg for o in overrides for arg in ("--set", o)]
-    code = main(["sweep", "run", str(JSB_SPACE), "--preset", "smoke", *args,
-                 *UNREACHABLE_RAY])
+    code = main(["sweep", "run", str(JSB_SPACE), "--preset", "smoke", *args, *UNREACHABLE_RAY])
     one_line_error(code, capsys.readouterr().err, expected)
     assert files_under(tmp_path) == []
 
 
-@pytest.mark.parametrize("text,preset,expected", [
-    ("archs: [rhn\n", None, "line 2: not valid YAML"),
-    ("- rhn\n- lstm\n", None, "a search space is a YAML mapping of fields"),
-    (JSB_SPACE.read_text(), "huge", "no preset 'huge'; this space has paper, cpu, smoke"),
-    (None, None, "not found"),
-])
+@pytest.mark.parametrize(
+    "text,preset,expected",
+    [
+        ("archs: [rhn\n", None, "line 2: not valid YAML"),
+        ("- rhn\n- lstm\n", None, "a search space is a YAML mapping of fields"),
+        (JSB_SPACE.read_text(), "huge", "no preset 'huge'; this space has paper, cpu, smoke"),
+        (None, None, "not found"),
+    ],
+)
 def test_bad_space_file_is_one_line(text, preset, expected, tmp_path, monkeypatch, capsys):
     space = tmp_path / "space.yaml"
     if text is not None:
         space.write_text(text)
     monkeypatch.chdir(tmp_path)
-    code = main(["sweep", "run", str(space), *(["--preset", preset] if preset else []),
-                 *UNREACHABLE_RAY])
+    code = main(
+        ["sweep", "run", str(space), *(["--preset", preset] if preset else []), *UNREACHABLE_RAY]
+    )
     one_line_error(code, capsys.readouterr().err, expected)
     assert files_under(tmp_path) == ([space] if text is not None else [])
 
@@ -122,14 +135,20 @@ def test_bad_space_file_is_one_line(text, preset, expected, tmp_path, monkeypatc
 # Random mutations of the shipped spaces: any value where any field was, fields dropped,
 # fields added, and `--set` overrides typed by hand. Each must load or be one UserError line.
 VALUES = st.one_of(
-    st.none(), st.booleans(), st.integers(-10, 10), st.integers(-10**12, 10**12),
-    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=6),
+    st.none(),
+    st.booleans(),
+    st.integers(-10, 10),
+    st.integers(-(10**12), 10**12),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=6),
     st.sampled_from(["rhn", "lstm", "asha", "fifo", "32M", "6k", "ptb", "jsb", "1e400"]),
-    st.lists(st.one_of(st.integers(-2, 12), st.floats(-1, 2), st.text(max_size=3)),
-             max_size=3),
-    st.dictionaries(st.one_of(st.text(max_size=6), st.integers(-2, 12)),
-                    st.one_of(st.integers(-2, 12), st.floats(), st.text(max_size=3)),
-                    max_size=2))
+    st.lists(st.one_of(st.integers(-2, 12), st.floats(-1, 2), st.text(max_size=3)), max_size=3),
+    st.dictionaries(
+        st.one_of(st.text(max_size=6), st.integers(-2, 12)),
+        st.one_of(st.integers(-2, 12), st.floats(), st.text(max_size=3)),
+        max_size=2,
+    ),
+)
 
 
 def key_paths(node, prefix=()) -> list[tuple]:
@@ -160,13 +179,27 @@ def mutated_spaces(draw):
             del parent[last]
         elif isinstance(parent, dict):
             parent[draw(st.text(min_size=1, max_size=8))] = draw(VALUES)
-    dotted = [".".join(map(str, p)) for p in key_paths(doc) if all(isinstance(k, str)
-                                                                      for k in p)]
-    overrides = draw(st.lists(st.builds(
-        "{}={}".format, st.sampled_from(dotted or ["samples"]),
-        st.one_of(VALUES.map(lambda v: yaml.safe_dump(v, default_flow_style=True).strip()
-                             .removesuffix("...").strip()),
-                  st.text(max_size=6))), max_size=2))
+    dotted = [".".join(map(str, p)) for p in key_paths(doc) if all(isinstance(k, str) for k in p)]
+    overrides = draw(
+        st.lists(
+            st.builds(
+                "{}={}".format,
+                st.sampled_from(dotted or ["samples"]),
+                st.one_of(
+                    VALUES.map(
+                        lambda v: (
+                            yaml.safe_dump(v, default_flow_style=True)
+                            .strip()
+                            .removesuffix("...")
+                            .strip()
+                        )
+                    ),
+                    st.text(max_size=6),
+                ),
+            ),
+            max_size=2,
+        )
+    )
     preset = draw(st.sampled_from([None, "smoke", "paper"]))
     return doc, preset, overrides
 
@@ -202,12 +235,15 @@ def empty_valid_split(raw: str) -> str:
     return json.dumps({**json.loads(raw), "valid": []})
 
 
-@pytest.mark.parametrize("edit,expected,run", [
-    (None, "not found in data dir", rhnsearch_cli),  # and once in a process of its own
-    (truncate, "is corrupt (sha256 differs", rhnsearch_main),
-    (pitch_out_of_range, "is corrupt (sha256 differs", rhnsearch_main),
-    (empty_valid_split, "is corrupt (sha256 differs", rhnsearch_main),
-])
+@pytest.mark.parametrize(
+    "edit,expected,run",
+    [
+        (None, "not found in data dir", rhnsearch_cli),  # and once in a process of its own
+        (truncate, "is corrupt (sha256 differs", rhnsearch_main),
+        (pitch_out_of_range, "is corrupt (sha256 differs", rhnsearch_main),
+        (empty_valid_split, "is corrupt (sha256 differs", rhnsearch_main),
+    ],
+)
 def test_bad_data_is_one_line_and_writes_nothing(edit, expected, run, tmp_path, data_dir):
     """Through the CLI: the sha256 check catches any edit before the JSON is parsed (the
     parser's own errors are in test_data.py); a missing file with no network is one line."""
@@ -217,8 +253,18 @@ def test_bad_data_is_one_line_and_writes_nothing(edit, expected, run, tmp_path, 
         (data / JSB_FILE).parent.mkdir(parents=True)
         (data / JSB_FILE).write_text(edit((data_dir / JSB_FILE).read_text()))
     before = {p: p.read_bytes() for p in files_under(data) if p.is_file()}
-    proc = run("sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir", data,
-               cwd=work, check=False, env={"RHNSEARCH_DATA_MIRROR": "http://127.0.0.1:9"})
+    proc = run(
+        "sweep",
+        "run",
+        JSB_SPACE,
+        "--preset",
+        "smoke",
+        "--data-dir",
+        data,
+        cwd=work,
+        check=False,
+        env={"RHNSEARCH_DATA_MIRROR": "http://127.0.0.1:9"},
+    )
     one_line_error(proc.returncode, proc.stderr, expected)
     assert files_under(work) == []
     assert {p: p.read_bytes() for p in files_under(data) if p.is_file()} == before
@@ -239,8 +285,19 @@ def test_wrong_mlflow_uri_is_one_line(uri, web_server, tmp_path, data_dir):
     uri = web_server if uri == "WEB" else uri
     work = tmp_path / "work"
     work.mkdir()
-    proc = rhnsearch_main("sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir",
-                          data_dir, "--tracking-uri", uri, cwd=work, check=False)
+    proc = rhnsearch_main(
+        "sweep",
+        "run",
+        JSB_SPACE,
+        "--preset",
+        "smoke",
+        "--data-dir",
+        data_dir,
+        "--tracking-uri",
+        uri,
+        cwd=work,
+        check=False,
+    )
     one_line_error(proc.returncode, proc.stderr, f"{uri} is not a working MLflow tracking store")
     assert files_under(work) == []
 
@@ -256,12 +313,10 @@ def test_ui_port_in_use_is_one_line(tmp_path):
 
 
 READERS = {  # the commands that only read a store (their output aside)
-    "results export": ["results", "export", "--experiment", "jsb_optimization", "--out",
-                       "t.csv"],
+    "results export": ["results", "export", "--experiment", "jsb_optimization", "--out", "t.csv"],
     "results plot": ["results", "plot", "swarm", "--out", "swarm.png"],
     "results table": ["results", "table", "--study", "jsb_optimization"],
-    "results report": ["results", "report", "--experiment", "jsb_optimization", "--out",
-                       "r.html"],
+    "results report": ["results", "report", "--experiment", "jsb_optimization", "--out", "r.html"],
     "analyze": ["analyze", "gates", "0123456789abcdef"],
 }
 
@@ -272,15 +327,23 @@ def test_reading_commands_make_no_store(command, store, tmp_path):
     """A command that only reads, on a store that is not there: one line naming it, exit 2,
     and no file made (MLflow would make an empty database and print its migrations)."""
     where = ["--tracking-uri", "sqlite:///missing.db"] if store != "default" else []
-    proc = rhnsearch_main(*READERS[command], *where, cwd=tmp_path, check=False,
-                          env={"MLFLOW_TRACKING_URI": ""})
+    proc = rhnsearch_main(
+        *READERS[command], *where, cwd=tmp_path, check=False, env={"MLFLOW_TRACKING_URI": ""}
+    )
     one_line_error(proc.returncode, proc.stderr, "no MLflow store at")
     assert files_under(tmp_path) == []
 
 
 def test_sweep_status_of_an_unreachable_cluster_writes_nothing(tmp_path):
-    proc = rhnsearch_main("sweep", "status", "rhnsearch-x", "--address", "http://127.0.0.1:9",
-                          cwd=tmp_path, check=False)
+    proc = rhnsearch_main(
+        "sweep",
+        "status",
+        "rhnsearch-x",
+        "--address",
+        "http://127.0.0.1:9",
+        cwd=tmp_path,
+        check=False,
+    )
     one_line_error(proc.returncode, proc.stderr, "not reachable")
     assert files_under(tmp_path) == []
 
@@ -288,18 +351,34 @@ def test_sweep_status_of_an_unreachable_cluster_writes_nothing(tmp_path):
 # -- security --------------------------------------------------------------------------------
 def listening(port: int) -> list[str]:
     """The local addresses of the sockets listening on `port`."""
-    return [c.laddr.ip for c in psutil.net_connections(kind="inet")
-            if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
+    return [
+        c.laddr.ip
+        for c in psutil.net_connections(kind="inet")
+        if c.status == psutil.CONN_LISTEN and c.laddr.port == port
+    ]
 
 
 def test_ui_listens_on_loopback_only(tmp_path):
     """`rhnsearch ui` without --host: the server listens on 127.0.0.1 only, the machine's
     other addresses are refused, and stopping the command frees the port."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "rhnsearch.cli", "ui", "--port", str(port),
-                             "--tracking-uri", f"sqlite:///{tmp_path / 'ui.db'}"],
-                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rhnsearch.cli",
+            "ui",
+            "--port",
+            str(port),
+            "--tracking-uri",
+            f"sqlite:///{tmp_path / 'ui.db'}",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 240
         while True:
@@ -311,8 +390,12 @@ def test_ui_listens_on_loopback_only(tmp_path):
                 assert time.monotonic() < deadline, "the MLflow UI did not answer in 240 s"
                 time.sleep(1)
         assert set(listening(port)) == {"127.0.0.1"}
-        others = [a.address for addrs in psutil.net_if_addrs().values() for a in addrs
-                  if a.family == socket.AF_INET and not a.address.startswith("127.")]
+        others = [
+            a.address
+            for addrs in psutil.net_if_addrs().values()
+            for a in addrs
+            if a.family == socket.AF_INET and not a.address.startswith("127.")
+        ]
         for address in others:  # the machine's other interfaces are refused
             with socket.socket() as s:
                 s.settimeout(5)
@@ -338,6 +421,7 @@ class Payload:
 
 def test_checkpoint_with_pickled_code_is_refused_unread(tmp_path, jsb, data_dir):
     from rhnsearch.train import CHECKPOINT_FILE, Trainer, TrialConfig
+
     marker = tmp_path / "executed"
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
@@ -348,7 +432,19 @@ def test_checkpoint_with_pickled_code_is_refused_unread(tmp_path, jsb, data_dir)
         trainer.load(ckpt)
     assert "\n" not in str(err.value) and str(ckpt / CHECKPOINT_FILE) in str(err.value)
     assert not marker.exists()
-    proc = rhnsearch_cli("train", "--width", "8", "--epochs", "1", "--data-dir", data_dir,
-                         "--checkpoint-dir", ckpt, cwd=tmp_path, check=False, timeout=300)
+    proc = rhnsearch_cli(
+        "train",
+        "--width",
+        "8",
+        "--epochs",
+        "1",
+        "--data-dir",
+        data_dir,
+        "--checkpoint-dir",
+        ckpt,
+        cwd=tmp_path,
+        check=False,
+        timeout=300,
+    )
     one_line_error(proc.returncode, proc.stderr, "refused")
     assert not marker.exists() and (ckpt / CHECKPOINT_FILE).read_bytes() == saved

@@ -1,4 +1,5 @@
 """Budgets: the authors' PTB widths, equal JSB budgets across archs, clear errors."""
+
 import json
 import subprocess
 import sys
@@ -26,11 +27,12 @@ def test_solver_returns_nearest_width():
         assert here <= abs(count_params("jsb", "dtrnn", 4, w + 1) - budget)
 
 
-@pytest.mark.parametrize("depth,budget", [(1, 300_000), (2, 400_000), (4, 600_000),
-                                          (6, 800_000)])
+@pytest.mark.parametrize("depth,budget", [(1, 300_000), (2, 400_000), (4, 600_000), (6, 800_000)])
 def test_jsb_archs_get_equal_counts_at_each_depth(depth, budget):
-    counts = [count_params("jsb", a, depth, solve_width(budget, "jsb", a, depth))
-              for a in ("rhn", "dtrnn", "dtsrnn")]
+    counts = [
+        count_params("jsb", a, depth, solve_width(budget, "jsb", a, depth))
+        for a in ("rhn", "dtrnn", "dtsrnn")
+    ]
     assert (max(counts) - min(counts)) / min(counts) <= 0.01, counts
 
 
@@ -48,9 +50,26 @@ def test_parsers():
 
 
 def test_budget_cli_json_last_line():
-    out = subprocess.run([sys.executable, "-m", "rhnsearch.cli", "budget", "--task", "ptb",
-                          "--arch", "rhn", "--depths", "1-10", "--params", "32M", "--json"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rhnsearch.cli",
+            "budget",
+            "--task",
+            "ptb",
+            "--arch",
+            "rhn",
+            "--depths",
+            "1-10",
+            "--params",
+            "32M",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     rows = json.loads(out.strip().splitlines()[-1])
     assert [r["depth"] for r in rows] == list(range(1, 11))
     assert rows[0] == {"depth": 1, "width": 1275, "params": 32_015_050}

@@ -1,5 +1,6 @@
 """jobs/: the cluster-launcher example validates against the schema Ray ships, and the Ray Job
 runtime_env ships the project without its results."""
+
 import json
 from pathlib import Path
 

@@ -1,14 +1,16 @@
 """Data: real JSB and ptb-sample, batching, and one-line errors for bad files."""
+
 import json
 import shutil
 
 import pytest
 import torch
 
-from conftest import http_file_server
 from rhnsearch.data import batches, batchify, load_dataset, windows
 from rhnsearch.data.jsb import KEYS, load_jsb
 from rhnsearch.errors import UserError
+
+from conftest import http_file_server
 
 
 def test_jsb_splits_and_piano_roll(jsb, data_dir):
@@ -26,7 +28,7 @@ def test_jsb_batches_pad_and_mask(jsb):
     x, y, m = next(batches(jsb.train[:3], 3))
     lengths = [len(r) - 1 for r in jsb.train[:3]]
     assert x.shape == (max(lengths), 3, KEYS) and m.sum() == sum(lengths)
-    torch.testing.assert_close(y[: lengths[0] - 1, 0], x[1: lengths[0], 0])
+    torch.testing.assert_close(y[: lengths[0] - 1, 0], x[1 : lengths[0], 0])
 
 
 def test_ptb_sample_is_labelled_and_split(ptb_sample):
@@ -70,11 +72,14 @@ def test_corrupt_file_is_a_one_line_error(tmp_path, data_dir):
         load_dataset("jsb", tmp_path)
 
 
-@pytest.mark.parametrize("edit,match", [
-    (lambda raw: raw["train"][0][0].append(200), "outside the piano range"),
-    (lambda raw: raw.update(valid=[]), "split 'valid' has no chorale"),
-    (lambda raw: raw.pop("test"), "must be a JSON object with keys"),
-])
+@pytest.mark.parametrize(
+    "edit,match",
+    [
+        (lambda raw: raw["train"][0][0].append(200), "outside the piano range"),
+        (lambda raw: raw.update(valid=[]), "split 'valid' has no chorale"),
+        (lambda raw: raw.pop("test"), "must be a JSON object with keys"),
+    ],
+)
 def test_bad_jsb_content(tmp_path, data_dir, edit, match):
     with pytest.raises(UserError, match=match):
         load_jsb(copy_jsb(tmp_path, data_dir, edit))
@@ -98,11 +103,24 @@ def test_fetch_from_unreachable_source_fails_fast_and_writes_nothing(tmp_path):
     import subprocess
     import sys
     import time
+
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "rhnsearch.cli", "data", "fetch", "jsb",
-                           "--data-dir", str(tmp_path)], capture_output=True, text=True,
-                          timeout=120, env={**os.environ,
-                                            "RHNSEARCH_DATA_MIRROR": "http://127.0.0.1:9"})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rhnsearch.cli",
+            "data",
+            "fetch",
+            "jsb",
+            "--data-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "RHNSEARCH_DATA_MIRROR": "http://127.0.0.1:9"},
+    )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "could not download" in lines[0]
@@ -119,9 +137,11 @@ def mirror(tmp_path):
         yield root, url
 
 
-def test_fetch_from_mirror_checks_sha_and_writes_atomically(mirror, tmp_path, data_dir,
-                                                            monkeypatch):
+def test_fetch_from_mirror_checks_sha_and_writes_atomically(
+    mirror, tmp_path, data_dir, monkeypatch
+):
     from rhnsearch.data import fetch
+
     root, url = mirror
     monkeypatch.setenv("RHNSEARCH_DATA_MIRROR", url)
     served = root / "jsb_chorales" / "jsb-chorales-quarter.json"

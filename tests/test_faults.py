@@ -1,6 +1,7 @@
 """Faults done for real, each asserting that nothing is lost: a trial's worker SIGKILLed
 mid-epoch, a worker node of a two-node Ray cluster stopped, the MLflow server down for part
 of a sweep (or until its end), and a results dir that is read-only, full or not a dir."""
+
 import itertools
 import json
 import os
@@ -18,10 +19,18 @@ from pathlib import Path
 import psutil
 import pytest
 from mlflow.tracking import MlflowClient
-
-from conftest import (JSB_SPACE, free_port, json_summary, kill_all, ray_cluster, rhnsearch_cli,
-                      rhnsearch_main, wait_until)
 from test_sweep import check_child_runs
+
+from conftest import (
+    JSB_SPACE,
+    free_port,
+    json_summary,
+    kill_all,
+    ray_cluster,
+    rhnsearch_cli,
+    rhnsearch_main,
+    wait_until,
+)
 
 pytestmark = pytest.mark.slow
 SMALL = ["--set", "archs=[rhn]", "--set", "scheduler.name=fifo"]
@@ -38,8 +47,9 @@ def child_runs(uri: str) -> list:
 def driver_lines(stderr: str) -> str:
     """The driver's own stderr, without the lines Ray forwards from trial workers (a worker
     Ray stops at the end may print its SIGTERM as a traceback: Ray's shutdown, not ours)."""
-    return "\n".join(line for line in stderr.splitlines()
-                     if not re.match(r"(\x1b\[\d+m)?\(\w+ pid=\d+", line))
+    return "\n".join(
+        line for line in stderr.splitlines() if not re.match(r"(\x1b\[\d+m)?\(\w+ pid=\d+", line)
+    )
 
 
 def assert_full_histories(client: MlflowClient, run, epochs: int):
@@ -57,8 +67,9 @@ def assert_went_on_from_a_checkpoint(rows: list[dict], epochs: int):
     that copy back when it restores a trial: the epochs a worker reported after the last copy
     may be missing, so a new worker can start past the last epoch listed.)"""
     segments = [list(group) for _, group in itertools.groupby(rows, key=lambda r: r["pid"])]
-    assert len(segments) >= 2 and len({r["pid"] for r in rows}) == len(segments), \
-        [r["pid"] for r in rows]
+    assert len(segments) >= 2 and len({r["pid"] for r in rows}) == len(segments), [
+        r["pid"] for r in rows
+    ]
     seen = {}
     for segment in segments:
         epochs_here = [r["epoch"] for r in segment]
@@ -82,25 +93,42 @@ def command_line(process: psutil.Process) -> str:
 
 
 # -- a trial's worker killed ---------------------------------------------------------------
-def test_trial_worker_killed_mid_epoch_resumes_from_its_checkpoint(tmp_path, data_dir,
-                                                                   sweeps):
+def test_trial_worker_killed_mid_epoch_resumes_from_its_checkpoint(tmp_path, data_dir, sweeps):
     """SIGKILL the trial's Ray worker mid-epoch: Tune retries it from its last checkpoint on
     a new worker; one MLflow run, every epoch once, the same losses as an unbroken run."""
     from rhnsearch.data import load_dataset
     from rhnsearch.search.trainable import trial_config
     from rhnsearch.train import Trainer
+
     epochs = 10
-    sweep = sweeps(tmp_path, "worker-killed", data_dir, *SMALL, "--set", "depths=[6]",
-                   "--set", "samples=1", "--set", f"fixed.epochs={epochs}")
+    sweep = sweeps(
+        tmp_path,
+        "worker-killed",
+        data_dir,
+        *SMALL,
+        "--set",
+        "depths=[6]",
+        "--set",
+        "samples=1",
+        "--set",
+        f"fixed.epochs={epochs}",
+    )
     uri = f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"
 
     # Tune's results first: the driver must have made the sqlite store before we read it.
-    wait_until(lambda: any(rows and rows[-1]["epoch"] >= 2
-                           for rows in sweep.results().values()), "epoch 2 is reported")
-    wait_until(lambda: any(r.data.metrics.get("epoch", 0) >= 2 for r in child_runs(uri)),
-               "MLflow shows epoch 2")
-    (worker,) = [p for p in psutil.Process(sweep.proc.pid).children(recursive=True)
-                 if command_line(p).startswith("ray::ImplicitFunc")]
+    wait_until(
+        lambda: any(rows and rows[-1]["epoch"] >= 2 for rows in sweep.results().values()),
+        "epoch 2 is reported",
+    )
+    wait_until(
+        lambda: any(r.data.metrics.get("epoch", 0) >= 2 for r in child_runs(uri)),
+        "MLflow shows epoch 2",
+    )
+    (worker,) = [
+        p
+        for p in psutil.Process(sweep.proc.pid).children(recursive=True)
+        if command_line(p).startswith("ray::ImplicitFunc")
+    ]
     kill_all([worker])
 
     code, summary, err = sweep.wait()
@@ -117,16 +145,17 @@ def test_trial_worker_killed_mid_epoch_resumes_from_its_checkpoint(tmp_path, dat
     experiment = tmp_path / "results" / "sweeps" / sweep.name
     config = json.loads((experiment / trial_dir / "params.json").read_text())
     cells = json.loads((experiment / "rhnsearch_sweep.json").read_text())["cells"]
-    unbroken = Trainer(trial_config(config, cells),
-                       load_dataset("jsb", data_dir, allow_fetch=False))
+    unbroken = Trainer(
+        trial_config(config, cells), load_dataset("jsb", data_dir, allow_fetch=False)
+    )
     unbroken.fit()
-    logged = sorted(client.get_metric_history(runs[0].info.run_id, "valid_loss"),
-                    key=lambda m: m.step)
+    logged = sorted(
+        client.get_metric_history(runs[0].info.run_id, "valid_loss"), key=lambda m: m.step
+    )
     assert [m.value for m in logged] == [h["valid_loss"] for h in unbroken.history]
 
 
-def test_resume_after_tune_deleted_the_checkpoint_its_saved_state_names(tmp_path, data_dir,
-                                                                        sweeps):
+def test_resume_after_tune_deleted_the_checkpoint_its_saved_state_names(tmp_path, data_dir, sweeps):
     """Tune deletes a superseded checkpoint before it saves its state naming the new one
     (ray-project/ray#27790): a driver killed in between left a sweep that `sweep resume`
     could not finish (seen in CI). Kill the driver, leave the files as that race does (the
@@ -138,12 +167,25 @@ def test_resume_after_tune_deleted_the_checkpoint_its_saved_state_names(tmp_path
     import torch
 
     from rhnsearch.search.checkpoints import stale_checkpoints
+
     epochs = 20
-    sweep = sweeps(tmp_path, "stale-state", data_dir, *SMALL, "--set", "depths=[1]",
-                   "--set", "samples=1", "--set", f"fixed.epochs={epochs}")
+    sweep = sweeps(
+        tmp_path,
+        "stale-state",
+        data_dir,
+        *SMALL,
+        "--set",
+        "depths=[1]",
+        "--set",
+        "samples=1",
+        "--set",
+        f"fixed.epochs={epochs}",
+    )
     uri = f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"
-    wait_until(lambda: any(r.data.metrics.get("epoch", 0) >= 5 for r in child_runs(uri)),
-               "MLflow shows epoch 5")
+    wait_until(
+        lambda: any(r.data.metrics.get("epoch", 0) >= 5 for r in child_runs(uri)),
+        "MLflow shows epoch 5",
+    )
     sweep.stop()
     directory = tmp_path / "results" / "sweeps" / sweep.name
     held = {}  # epoch of each complete checkpoint (one the kill cut short has no file yet)
@@ -163,8 +205,15 @@ def test_resume_after_tune_deleted_the_checkpoint_its_saved_state_names(tmp_path
     leftover = directory / ".experiment_state-x.json.0123abcd.tmp"  # as a kill mid-file leaves
     leftover.write_text('{"trial_')
 
-    proc = rhnsearch_cli("sweep", "resume", sweep.name, "--json", cwd=tmp_path, timeout=400,
-                         env={"TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "0"})  # its results too
+    proc = rhnsearch_cli(
+        "sweep",
+        "resume",
+        sweep.name,
+        "--json",
+        cwd=tmp_path,
+        timeout=400,
+        env={"TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "0"},
+    )  # its results too
     summary = json_summary(proc)
     assert summary["complete"] and summary["completed"] == 1, proc.stderr[-3000:]
     assert not leftover.exists()
@@ -182,23 +231,25 @@ def test_pruning_keeps_the_registered_checkpoint_and_any_newer_one(tmp_path):
     folder, never the one registered nor a newer one its worker has written since."""
     from rhnsearch.search.checkpoints import prune
     from rhnsearch.search.storage import split
+
     for index in range(1, 5):
         (tmp_path / f"checkpoint_{index:06d}").mkdir()
         (tmp_path / f"checkpoint_{index:06d}" / "trainer.pt").write_bytes(b"x")
     prune(split(str(tmp_path))[0], str(tmp_path), None, keep="checkpoint_000003")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_000003",
-                                                          "checkpoint_000004"]
-    prune(split(str(tmp_path))[0], str(tmp_path), ["checkpoint_000003"],
-          keep="checkpoint_000004")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_000003", "checkpoint_000004"]
+    prune(split(str(tmp_path))[0], str(tmp_path), ["checkpoint_000003"], keep="checkpoint_000004")
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint_000004"]
 
 
-@pytest.mark.parametrize("state", ['{"trials": []}', '{"trial_data": [["{}", "{}"]]}',
-                                   '{"trial_data": [["not json", {}]]}'])
+@pytest.mark.parametrize(
+    "state",
+    ['{"trials": []}', '{"trial_data": [["{}", "{}"]]}', '{"trial_data": [["not json", {}]]}'],
+)
 def test_a_saved_state_laid_out_otherwise_is_one_warning(state, tmp_path, caplog):
     """A Tune release whose saved state is laid out otherwise: the repair says so in one
     warning line and leaves the sweep's files as they were."""
     from rhnsearch.search.checkpoints import repair_checkpoint_names
+
     (tmp_path / "experiment_state-2026-01-01_00-00-00.json").write_text(state)
     (tmp_path / "run_trial_0" / "checkpoint_000001").mkdir(parents=True)
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
@@ -219,13 +270,22 @@ def test_tune_writes_the_storage_in_whole_files(tmp_path):
 
     from rhnsearch.search.storage import split
     from rhnsearch.search.sweep import sweep_storage
+
     storage = tmp_path / "storage"
     storage.mkdir()
     assert sweep_storage(f"file://{storage}/", None) == str(storage)
-    killed = subprocess.run([sys.executable, "-c", (
-        "import os; from rhnsearch.search.storage import split; "
-        f"s = split('{storage}')[0].open_output_stream('{storage}/state.json'); "
-        "s.write(b'x' * 5000); s.flush(); os._exit(9)")], timeout=120)
+    killed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import os; from rhnsearch.search.storage import split; "
+                f"s = split('{storage}')[0].open_output_stream('{storage}/state.json'); "
+                "s.write(b'x' * 5000); s.flush(); os._exit(9)"
+            ),
+        ],
+        timeout=120,
+    )
     assert killed.returncode == 9
     (left,) = [p.name for p in storage.iterdir()]  # no state.json: only the hidden temporary
     assert left.startswith(".state.json.") and left.endswith(".tmp"), left
@@ -233,17 +293,21 @@ def test_tune_writes_the_storage_in_whole_files(tmp_path):
     (staging / "checkpoint_000001").mkdir(parents=True)
     (staging / "experiment_state.json").write_text('{"trial_data": []}')
     (staging / "checkpoint_000001" / "trainer.pt").write_bytes(os.urandom(300_000))
-    pafs.copy_files(str(staging), str(storage / "run"),
-                    destination_filesystem=split(str(storage))[0])
-    copied = {p.relative_to(storage / "run"): p.read_bytes()
-              for p in (storage / "run").rglob("*") if p.is_file()}
-    assert copied == {p.relative_to(staging): p.read_bytes()
-                      for p in staging.rglob("*") if p.is_file()}
+    pafs.copy_files(
+        str(staging), str(storage / "run"), destination_filesystem=split(str(storage))[0]
+    )
+    copied = {
+        p.relative_to(storage / "run"): p.read_bytes()
+        for p in (storage / "run").rglob("*")
+        if p.is_file()
+    }
+    assert copied == {
+        p.relative_to(staging): p.read_bytes() for p in staging.rglob("*") if p.is_file()
+    }
 
 
 @pytest.mark.parametrize("where", ["directory", "bucket"])
-def test_an_experiment_state_uploaded_half_written_keeps_the_stored_one(where, tmp_path,
-                                                                        s3_server):
+def test_an_experiment_state_uploaded_half_written_keeps_the_stored_one(where, tmp_path, s3_server):
     """Tune rewrites its experiment state in place while its upload of the last one may still
     be reading it (seen in CI: an empty state in the storage, then a resume refused). Copied
     as Tune copies it, an empty or half-written state leaves the stored one as it was; the
@@ -251,8 +315,8 @@ def test_an_experiment_state_uploaded_half_written_keeps_the_stored_one(where, t
     import pyarrow.fs as pafs
 
     from rhnsearch.search import storage
-    root = (str(tmp_path / "storage") if where == "directory"
-            else s3_server.uri(s3_server.bucket()))
+
+    root = str(tmp_path / "storage") if where == "directory" else s3_server.uri(s3_server.bucket())
     filesystem, path = storage.split(root)
     filesystem.create_dir(path)
     staging = tmp_path / "staging"
@@ -269,7 +333,7 @@ def test_an_experiment_state_uploaded_half_written_keeps_the_stored_one(where, t
     whole = json.dumps({"trial_data": [["{}", "{}"]] * 200})
     assert upload(whole) == whole
     assert upload("") == whole
-    assert upload(whole[:len(whole) // 2]) == whole
+    assert upload(whole[: len(whole) // 2]) == whole
     newer = json.dumps({"trial_data": []})
     assert upload(newer) == newer
 
@@ -279,13 +343,13 @@ def test_a_saved_state_cut_short_is_refused_in_one_line(jsb_smoke, tmp_path):
     not through the sweep's filesystem): `sweep resume` refuses it in one line, exit 2,
     before Ray starts, and changes no file (Tune would start the experiment again)."""
     storage = tmp_path / "storage"
-    shutil.copytree(jsb_smoke.cwd / "results" / "sweeps" / jsb_smoke.name,
-                    storage / jsb_smoke.name)
+    shutil.copytree(jsb_smoke.cwd / "results" / "sweeps" / jsb_smoke.name, storage / jsb_smoke.name)
     (state,) = (storage / jsb_smoke.name).glob("basic-variant-state-*.json")
     state.write_bytes(state.read_bytes()[:100])
     before = {p: p.read_bytes() for p in storage.rglob("*") if p.is_file()}
-    proc = rhnsearch_main("sweep", "resume", jsb_smoke.name, "--storage-path", storage,
-                          cwd=tmp_path, check=False)
+    proc = rhnsearch_main(
+        "sweep", "resume", jsb_smoke.name, "--storage-path", storage, cwd=tmp_path, check=False
+    )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert f"saved state {state.name}" in proc.stderr and "cannot be resumed" in proc.stderr
     assert {p: p.read_bytes() for p in storage.rglob("*") if p.is_file()} == before
@@ -294,11 +358,16 @@ def test_a_saved_state_cut_short_is_refused_in_one_line(jsb_smoke, tmp_path):
 # -- a worker node stopped -----------------------------------------------------------------
 def raylet(gcs: str, head: bool) -> psutil.Process:
     port = gcs.rsplit(":", 1)[1]
-    (found,) = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"]
-                and p.info["cmdline"][0].endswith("/raylet")
-                and any(a.startswith("--gcs-address=") and a.endswith(f":{port}")
-                        for a in p.info["cmdline"])
-                and ("--head" in p.info["cmdline"]) == head]
+    (found,) = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if p.info["cmdline"]
+        and p.info["cmdline"][0].endswith("/raylet")
+        and any(
+            a.startswith("--gcs-address=") and a.endswith(f":{port}") for a in p.info["cmdline"]
+        )
+        and ("--head" in p.info["cmdline"]) == head
+    ]
     return found
 
 
@@ -310,13 +379,15 @@ def node_processes(gcs: str, head: bool) -> list[psutil.Process]:
     """One node of the cluster at `gcs`: its raylet with the workers under it, and its
     agents (found by the raylet's node id)."""
     node, node_name = raylet(gcs, head), node_id(gcs, head)
-    agents = [p for p in psutil.process_iter(["cmdline"])
-              if f"--node-id={node_name}" in (p.info["cmdline"] or [])]
+    agents = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if f"--node-id={node_name}" in (p.info["cmdline"] or [])
+    ]
     return [node, *node.children(recursive=True), *agents]
 
 
-def test_nodes_sharing_no_disk_keep_the_sweep_in_a_bucket(tmp_path, data_dir, sweeps,
-                                                           s3_server):
+def test_nodes_sharing_no_disk_keep_the_sweep_in_a_bucket(tmp_path, data_dir, sweeps, s3_server):
     """A worker node that sees no directory of the test (its own mount namespace, an empty
     tmpfs over the test's whole tmp dir: the driver's working dir and its results/); only a
     bucket in common. Without --storage-path the sweep is refused; on the bucket, the trials
@@ -330,20 +401,48 @@ def test_nodes_sharing_no_disk_keep_the_sweep_in_a_bucket(tmp_path, data_dir, sw
     driver.mkdir()
     with ray_cluster() as cluster:
         cluster.head(cpus=1).worker(cpus=1, hide=[tmp_path])
-        refused = rhnsearch_cli("sweep", "run", JSB_SPACE, "--preset", "smoke", "--address",
-                                cluster.gcs, "--data-dir", data_dir, cwd=driver, check=False,
-                                env=cluster.env)
+        refused = rhnsearch_cli(
+            "sweep",
+            "run",
+            JSB_SPACE,
+            "--preset",
+            "smoke",
+            "--address",
+            cluster.gcs,
+            "--data-dir",
+            data_dir,
+            cwd=driver,
+            check=False,
+            env=cluster.env,
+        )
         assert refused.returncode == 2 and "pass --storage-path" in refused.stderr
         assert refused.stderr.count("\n") == 1
-        sweep = sweeps(driver, "split", data_dir, "--address", cluster.gcs, *SMALL, "--set",
-                       "depths=[2]", "--set", "samples=4", "--set", f"fixed.epochs={epochs}",
-                       storage=storage, env=cluster.env)
+        sweep = sweeps(
+            driver,
+            "split",
+            data_dir,
+            "--address",
+            cluster.gcs,
+            *SMALL,
+            "--set",
+            "depths=[2]",
+            "--set",
+            "samples=4",
+            "--set",
+            f"fixed.epochs={epochs}",
+            storage=storage,
+            env=cluster.env,
+        )
         on_worker = set()
 
         def trial_on_worker_node_at_epoch_2():
             on_worker.update(p.pid for p in node_processes(cluster.gcs, head=False))
-            return any(rows[-1]["epoch"] >= 2 and rows[-1]["pid"] in on_worker
-                       for rows in sweep.results().values() if rows)
+            return any(
+                rows[-1]["epoch"] >= 2 and rows[-1]["pid"] in on_worker
+                for rows in sweep.results().values()
+                if rows
+            )
+
         wait_until(trial_on_worker_node_at_epoch_2, "a trial on the worker reached epoch 2")
         head = node_id(cluster.gcs, head=True)
         victims = node_processes(cluster.gcs, head=False)
@@ -351,18 +450,37 @@ def test_nodes_sharing_no_disk_keep_the_sweep_in_a_bucket(tmp_path, data_dir, sw
         victims = {p.pid for p in victims}
 
         def moved_trial_went_on():
-            return any(rows[0]["pid"] in victims and rows[-1]["pid"] not in victims
-                       for rows in sweep.results().values() if rows)
+            return any(
+                rows[0]["pid"] in victims and rows[-1]["pid"] not in victims
+                for rows in sweep.results().values()
+                if rows
+            )
+
         wait_until(moved_trial_went_on, "the worker's trial went on on the head")
         sweep.stop()
         results = sweep.results()
-        assert not all(rows and rows[-1]["status"] != "running"
-                       for rows in results.values()), "the sweep ended before the kill"
-        proc = rhnsearch_cli("sweep", "resume", "split", "--address", cluster.gcs,
-                             "--storage-path", storage, "--json", cwd=driver, timeout=600,
-                             env={**cluster.env, "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "0"})
-        local = [p for d in (driver, *map(Path, cluster.temp_dirs)) for p in d.rglob("*")
-                 if p.name == "trainer.pt" or p.name.startswith("checkpoint_")]
+        assert not all(rows and rows[-1]["status"] != "running" for rows in results.values()), (
+            "the sweep ended before the kill"
+        )
+        proc = rhnsearch_cli(
+            "sweep",
+            "resume",
+            "split",
+            "--address",
+            cluster.gcs,
+            "--storage-path",
+            storage,
+            "--json",
+            cwd=driver,
+            timeout=600,
+            env={**cluster.env, "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "0"},
+        )
+        local = [
+            p
+            for d in (driver, *map(Path, cluster.temp_dirs))
+            for p in d.rglob("*")
+            if p.name == "trainer.pt" or p.name.startswith("checkpoint_")
+        ]
         assert not local, local  # (Tune's JSON logger, on for this test, stages its files)
     summary = json_summary(proc)
     assert summary["complete"] and summary["completed"] == 4, proc.stderr[-3000:]
@@ -385,8 +503,9 @@ def test_nodes_sharing_no_disk_keep_the_sweep_in_a_bucket(tmp_path, data_dir, sw
     assert not (driver / "results" / "sweeps" / "split" / "mlflow_pending.jsonl").exists()
     parent = client.get_run(runs[0].data.tags["mlflow.parentRunId"])
     best = parent.data.tags["best_run_id"]
-    (model,) = client.search_logged_models([parent.info.experiment_id],
-                                           filter_string=f"source_run_id = '{best}'")
+    (model,) = client.search_logged_models(
+        [parent.info.experiment_id], filter_string=f"source_run_id = '{best}'"
+    )
     assert model.name == "model"
 
 
@@ -401,16 +520,33 @@ class MlflowServer:
 
     def start(self):
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port",
-             str(self.port), "--backend-store-uri", f"sqlite:///{self.root / 'server.db'}",
-             "--artifacts-destination", str(self.root / "artifacts"), "--workers", "1"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "mlflow",
+                "server",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--backend-store-uri",
+                f"sqlite:///{self.root / 'server.db'}",
+                "--artifacts-destination",
+                str(self.root / "artifacts"),
+                "--workers",
+                "1",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
         def healthy():
             try:
                 return urllib.request.urlopen(f"{self.uri}/health", timeout=2).status == 200
             except OSError:
                 return False
+
         wait_until(healthy, "mlflow server answers", timeout=120)
 
     def kill(self):
@@ -492,17 +628,27 @@ class Relay:
         conn.close()
 
 
-def test_mlflow_down_mid_sweep_records_reach_it_when_back(mlflow_srv, tmp_path, data_dir,
-                                                          sweeps):
+def test_mlflow_down_mid_sweep_records_reach_it_when_back(mlflow_srv, tmp_path, data_dir, sweeps):
     """Cut the sweep off the server after the first epoch; while it is cut off a trial ends
     and another starts; restore it: every trial has its one run, full history and status."""
     epochs = 4
     relay = Relay(mlflow_srv.port)
-    sweep = sweeps(tmp_path, "mlflow-down", data_dir, "--tracking-uri",
-                   f"http://127.0.0.1:{relay.port}", *SMALL, "--set", "depths=[1,2]",
-                   "--set", f"fixed.epochs={epochs}")
-    wait_until(lambda: any(r.data.metrics.get("epoch", 0) >= 1
-                           for r in child_runs(mlflow_srv.uri)), "MLflow shows epoch 1")
+    sweep = sweeps(
+        tmp_path,
+        "mlflow-down",
+        data_dir,
+        "--tracking-uri",
+        f"http://127.0.0.1:{relay.port}",
+        *SMALL,
+        "--set",
+        "depths=[1,2]",
+        "--set",
+        f"fixed.epochs={epochs}",
+    )
+    wait_until(
+        lambda: any(r.data.metrics.get("epoch", 0) >= 1 for r in child_runs(mlflow_srv.uri)),
+        "MLflow shows epoch 1",
+    )
     relay.cut()
     before = {trial for trial, rows in sweep.results().items() if rows}
 
@@ -510,6 +656,7 @@ def test_mlflow_down_mid_sweep_records_reach_it_when_back(mlflow_srv, tmp_path, 
         results = sweep.results()
         ended = any(rows and rows[-1]["status"] != "running" for rows in results.values())
         return ended and any(rows for trial, rows in results.items() if trial not in before)
+
     wait_until(trial_ended_and_another_started, "a trial ended and another started")
     relay.restore()
 
@@ -526,7 +673,8 @@ def test_mlflow_down_mid_sweep_records_reach_it_when_back(mlflow_srv, tmp_path, 
 
 
 def test_mlflow_down_to_the_end_then_resume_elsewhere_sends_what_was_kept(
-        mlflow_srv, tmp_path, data_dir, sweeps, s3_server):
+    mlflow_srv, tmp_path, data_dir, sweeps, s3_server
+):
     """The server dies for good mid-sweep on a bucket: the trials still finish; the driver
     keeps the records on its disk and a copy in the bucket, and ends with one line naming the
     fix; with the server back, `sweep resume` run from another directory (another machine's
@@ -536,11 +684,23 @@ def test_mlflow_down_to_the_end_then_resume_elsewhere_sends_what_was_kept(
     storage = s3_server.uri(bucket)
     first, second = tmp_path / "first", tmp_path / "second"
     first.mkdir(), second.mkdir()
-    sweep = sweeps(first, "mlflow-gone", data_dir, "--tracking-uri", mlflow_srv.uri,
-                   *SMALL, "--set", "depths=[1]", "--set", f"fixed.epochs={epochs}",
-                   storage=storage)
-    wait_until(lambda: any(r.data.metrics.get("epoch", 0) >= 1
-                           for r in child_runs(mlflow_srv.uri)), "MLflow shows epoch 1")
+    sweep = sweeps(
+        first,
+        "mlflow-gone",
+        data_dir,
+        "--tracking-uri",
+        mlflow_srv.uri,
+        *SMALL,
+        "--set",
+        "depths=[1]",
+        "--set",
+        f"fixed.epochs={epochs}",
+        storage=storage,
+    )
+    wait_until(
+        lambda: any(r.data.metrics.get("epoch", 0) >= 1 for r in child_runs(mlflow_srv.uri)),
+        "MLflow shows epoch 1",
+    )
     mlflow_srv.kill()
 
     code, summary, err = sweep.wait()
@@ -552,8 +712,9 @@ def test_mlflow_down_to_the_end_then_resume_elsewhere_sends_what_was_kept(
     assert all(rows[-1]["status"] == "completed" for rows in sweep.results().values())
 
     mlflow_srv.start()
-    proc = rhnsearch_cli("sweep", "resume", sweep.name, "--storage-path", storage, "--json",
-                         cwd=second, timeout=300)
+    proc = rhnsearch_cli(
+        "sweep", "resume", sweep.name, "--storage-path", storage, "--json", cwd=second, timeout=300
+    )
     summary = json_summary(proc)
     assert summary["complete"] and summary["completed"] == 2, proc.stderr[-3000:]
     client = MlflowClient(mlflow_srv.uri)
@@ -564,26 +725,43 @@ def test_mlflow_down_to_the_end_then_resume_elsewhere_sends_what_was_kept(
     assert key not in s3_server.keys(bucket)
 
 
-def test_driver_killed_while_mlflow_is_down_loses_no_record(mlflow_srv, tmp_path, data_dir,
-                                                            sweeps):
+def test_driver_killed_while_mlflow_is_down_loses_no_record(mlflow_srv, tmp_path, data_dir, sweeps):
     """Kill the server, then the whole driver (its local Ray too) while records wait for the
     server: they are in the journal on disk, and `sweep resume` sends them, once each."""
     epochs = 4
-    sweep = sweeps(tmp_path, "driver-lost", data_dir, "--tracking-uri", mlflow_srv.uri,
-                   *SMALL, "--set", "depths=[1]", "--set", f"fixed.epochs={epochs}")
-    wait_until(lambda: any(r.data.metrics.get("epoch", 0) >= 1
-                           for r in child_runs(mlflow_srv.uri)), "MLflow shows epoch 1")
+    sweep = sweeps(
+        tmp_path,
+        "driver-lost",
+        data_dir,
+        "--tracking-uri",
+        mlflow_srv.uri,
+        *SMALL,
+        "--set",
+        "depths=[1]",
+        "--set",
+        f"fixed.epochs={epochs}",
+    )
+    wait_until(
+        lambda: any(r.data.metrics.get("epoch", 0) >= 1 for r in child_runs(mlflow_srv.uri)),
+        "MLflow shows epoch 1",
+    )
     mlflow_srv.kill()
     journal = tmp_path / "results" / "sweeps" / sweep.name / "mlflow_pending.jsonl"
 
     def journaled_epochs():
         if not journal.exists():
             return set()
-        return {(r["trial_id"], step) for line in journal.read_text().splitlines()
-                for r in [json.loads(line)] for key, _, _, step in r["metrics"]
-                if key == "epoch"}
-    wait_until(lambda: any(step >= 2 for _, step in journaled_epochs()),
-               "an epoch >= 2 is journaled")
+        return {
+            (r["trial_id"], step)
+            for line in journal.read_text().splitlines()
+            for r in [json.loads(line)]
+            for key, _, _, step in r["metrics"]
+            if key == "epoch"
+        }
+
+    wait_until(
+        lambda: any(step >= 2 for _, step in journaled_epochs()), "an epoch >= 2 is journaled"
+    )
     sweep.stop()  # SIGKILL to the driver's process group
     kept = journaled_epochs()
 
@@ -596,24 +774,34 @@ def test_driver_killed_while_mlflow_is_down_loses_no_record(mlflow_srv, tmp_path
     check_child_runs(client, runs, 2)
     for run in runs:
         assert_full_histories(client, run, epochs)
-    sent = {(r.data.tags["trial_id"], m.step) for r in runs
-            for m in client.get_metric_history(r.info.run_id, "epoch")}
+    sent = {
+        (r.data.tags["trial_id"], m.step)
+        for r in runs
+        for m in client.get_metric_history(r.info.run_id, "epoch")
+    }
     assert kept and kept <= sent
     assert not journal.exists()
 
 
-def test_a_silent_tracking_server_does_not_stall_the_sweep(mlflow_srv, tmp_path, data_dir,
-                                                          sweeps):
+def test_a_silent_tracking_server_does_not_stall_the_sweep(mlflow_srv, tmp_path, data_dir, sweeps):
     """The tracking server goes silent mid-sweep (connections accepted, nothing answered)
     for 12 s, then answers what it held: the trials keep training and reporting to Tune
     while it is silent, every record arrives once, each trial has one run, the sweep closes."""
     relay = Relay(mlflow_srv.port)
-    sweep = sweeps(tmp_path, "silent", data_dir, "--tracking-uri",
-                   f"http://127.0.0.1:{relay.port}", "--set", "archs=[rhn, dtrnn]")  # 16 trials
+    sweep = sweeps(
+        tmp_path,
+        "silent",
+        data_dir,
+        "--tracking-uri",
+        f"http://127.0.0.1:{relay.port}",
+        "--set",
+        "archs=[rhn, dtrnn]",
+    )  # 16 trials
     wait_until(lambda: child_runs(mlflow_srv.uri), "the sweep's first run")
 
     def results() -> int:
         return sum(len(rows) for rows in sweep.results().values())
+
     relay.hold()
     before = results()
     time.sleep(12)
@@ -639,17 +827,53 @@ def test_trials_on_fake_gpus_are_placed_and_refused_without_cuda(tmp_path, data_
     share them four to a GPU (at most 8 at once), and each run records the GPU Ray gave it.
     Without CUDA in torch every trial fails with one line that says so, and the sweep exits
     1; with RHNSEARCH_ALLOW_CPU_FALLBACK=1 they train on the CPU and the sweep exits 0."""
-    args = ["sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir", data_dir,
-            "--storage-path", tmp_path / "storage", "--set", "resources={cpu: 1, gpu: 0.25}",
-            "--set", "archs=[rhn]", "--set", "depths=[1, 2]", "--set", "scheduler.name=fifo",
-            "--set", "samples=4", "--set", "fixed.epochs=3", "--json"]
+    args = [
+        "sweep",
+        "run",
+        JSB_SPACE,
+        "--preset",
+        "smoke",
+        "--data-dir",
+        data_dir,
+        "--storage-path",
+        tmp_path / "storage",
+        "--set",
+        "resources={cpu: 1, gpu: 0.25}",
+        "--set",
+        "archs=[rhn]",
+        "--set",
+        "depths=[1, 2]",
+        "--set",
+        "scheduler.name=fifo",
+        "--set",
+        "samples=4",
+        "--set",
+        "fixed.epochs=3",
+        "--json",
+    ]
     with ray_cluster() as cluster:
         cluster.head(cpus=8, gpus=2)
-        refused = rhnsearch_cli(*args, "--address", cluster.gcs, "--name", "no-cuda",
-                                cwd=tmp_path, check=False, timeout=600, env=cluster.env)
-        fallback = rhnsearch_cli(*args, "--address", cluster.gcs, "--name", "cpu-fallback",
-                                 cwd=tmp_path, timeout=600,
-                                 env={**cluster.env, "RHNSEARCH_ALLOW_CPU_FALLBACK": "1"})
+        refused = rhnsearch_cli(
+            *args,
+            "--address",
+            cluster.gcs,
+            "--name",
+            "no-cuda",
+            cwd=tmp_path,
+            check=False,
+            timeout=600,
+            env=cluster.env,
+        )
+        fallback = rhnsearch_cli(
+            *args,
+            "--address",
+            cluster.gcs,
+            "--name",
+            "cpu-fallback",
+            cwd=tmp_path,
+            timeout=600,
+            env={**cluster.env, "RHNSEARCH_ALLOW_CPU_FALLBACK": "1"},
+        )
     summary = json_summary(refused)
     assert refused.returncode == 1 and summary["failed"] == 8, refused.stderr[-3000:]
     uri = f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"
@@ -662,16 +886,20 @@ def test_trials_on_fake_gpus_are_placed_and_refused_without_cuda(tmp_path, data_
         assert "sees no CUDA device" in error and "RHNSEARCH_ALLOW_CPU_FALLBACK" in error
     summary = json_summary(fallback)
     assert fallback.returncode == 0 and summary["completed"] == 8
-    runs = client.search_runs([experiment], "tags.sweep = 'cpu-fallback' and "
-                              "tags.kind = 'trial'")
+    runs = client.search_runs([experiment], "tags.sweep = 'cpu-fallback' and tags.kind = 'trial'")
     assert {r.data.tags["gpu_ids"] for r in runs} == {"0", "1"}
     assert {r.data.tags["device"] for r in runs} == {"cpu"}
     spans = []  # when each trial ran, by the driver's clock: its first to its last epoch
     for run in runs:
         history = client.get_metric_history(run.info.run_id, "epoch_seconds")
         first = min(history, key=lambda m: m.step)
-        spans.append((first.timestamp - 1000 * first.value, max(m.timestamp for m in history),
-                      run.data.tags["gpu_ids"]))
+        spans.append(
+            (
+                first.timestamp - 1000 * first.value,
+                max(m.timestamp for m in history),
+                run.data.tags["gpu_ids"],
+            )
+        )
     moments = sorted(t for start, end, _ in spans for t in (start, end))
     at_once = [[gpu for start, end, gpu in spans if start <= t <= end] for t in moments]
     assert 4 < max(len(running) for running in at_once) <= 8
@@ -681,8 +909,9 @@ def test_trials_on_fake_gpus_are_placed_and_refused_without_cuda(tmp_path, data_
 # -- the results dir not writable ----------------------------------------------------------
 def mount_tmpfs(path: Path, options: str):
     path.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True, text=True
+    )
     if proc.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
 
@@ -707,8 +936,9 @@ def fill(directory: Path):
 
 
 @pytest.mark.parametrize("case", ["read-only", "full", "a file"])
-def test_results_dir_not_writable_is_one_line_before_the_sweep(case, results_dir, tmp_path,
-                                                               data_dir):
+def test_results_dir_not_writable_is_one_line_before_the_sweep(
+    case, results_dir, tmp_path, data_dir
+):
     if case == "read-only":  # root writes through chmod: a read-only mount stops it
         mount_tmpfs(results_dir, "size=1m,ro")
     elif case == "full":
@@ -717,8 +947,18 @@ def test_results_dir_not_writable_is_one_line_before_the_sweep(case, results_dir
     else:
         results_dir.write_text("not a directory\n")
     before = sorted(tmp_path.rglob("*"))
-    proc = rhnsearch_cli("sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir",
-                         data_dir, cwd=tmp_path, check=False, timeout=120)
+    proc = rhnsearch_cli(
+        "sweep",
+        "run",
+        JSB_SPACE,
+        "--preset",
+        "smoke",
+        "--data-dir",
+        data_dir,
+        cwd=tmp_path,
+        check=False,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr.strip().count("\n") == 0, proc.stderr
     assert f"results directory {results_dir}" in proc.stderr and "not writable" in proc.stderr
@@ -733,6 +973,7 @@ def test_resumed_driver_leaves_finished_runs_as_they_were(tmp_path):
     from ray.tune.experiment import Trial
 
     from rhnsearch.search import tracking
+
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = client.create_experiment("resume")
     parent = client.create_run(experiment).info.run_id
@@ -740,22 +981,29 @@ def test_resumed_driver_leaves_finished_runs_as_they_were(tmp_path):
 
     def driver():
         tracking._SENDERS.clear()  # a driver process of its own, with a sender of its own
-        tracker = tracking.MLflowTracker(client.tracking_uri, experiment, parent, "s",
-                                         str(tmp_path), cells)  # its storage: a directory
+        tracker = tracking.MLflowTracker(
+            client.tracking_uri, experiment, parent, "s", str(tmp_path), cells
+        )  # its storage: a directory
         tracker.setup()
         return tracker
-    done, retried = (Trial("run_trial", config={"cell": "rhn d1 w8"}, trial_id=name,
-                           stub=True) for name in ("done", "retried"))
+
+    done, retried = (
+        Trial("run_trial", config={"cell": "rhn d1 w8"}, trial_id=name, stub=True)
+        for name in ("done", "retried")
+    )
     first = driver()
     for trial, status in ((done, "completed"), (retried, "failed")):
         first.on_trial_result(0, [], trial, {"epoch": 1, "valid_loss": 2.0})
         trial.update_last_result({"epoch": 1, "status": status})
-        (first.on_trial_complete if status == "completed" else first.on_trial_error)(
-            0, [], trial)
+        (first.on_trial_complete if status == "completed" else first.on_trial_error)(0, [], trial)
     assert first.sender.drain()
+
     def trial_runs():
-        return {r.data.tags["trial_id"]: r
-                for r in client.search_runs([experiment], "tags.kind = 'trial'")}
+        return {
+            r.data.tags["trial_id"]: r
+            for r in client.search_runs([experiment], "tags.kind = 'trial'")
+        }
+
     runs = trial_runs()
     assert runs["retried"].info.status == "FAILED"
 

@@ -1,5 +1,6 @@
 """The package reads top to bottom: no import cycles between its modules, argparse and printing
 in the command-line modules only, the public API importable, and every module documented."""
+
 import ast
 from pathlib import Path
 
@@ -32,7 +33,7 @@ def imports(name: str, tree: ast.Module, known: set) -> set:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(anchor + ([base] if base else []))
             targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
         else:
@@ -79,9 +80,10 @@ def is_cli(name: str) -> bool:
 def test_no_import_cycles():
     trees = modules()
     # a package's __init__ re-exporting its own modules is not a cycle of the layers
-    graph = {name: {m for m in imports(name, tree, set(trees))
-                    if not name.startswith(m + ".")}
-             for name, tree in trees.items()}
+    graph = {
+        name: {m for m in imports(name, tree, set(trees)) if not name.startswith(m + ".")}
+        for name, tree in trees.items()
+    }
     assert cycles(graph) == []
 
 
@@ -93,17 +95,22 @@ def test_library_modules_neither_print_nor_parse_arguments():
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "print":
                 offenders.append(f"{name}:{node.lineno} print")
-            if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
-                    "argparse" in (alias.name or "") for alias in node.names) or (
-                    isinstance(node, ast.ImportFrom) and node.module == "argparse"):
+            if (
+                isinstance(node, (ast.Import, ast.ImportFrom))
+                and any("argparse" in (alias.name or "") for alias in node.names)
+                or (isinstance(node, ast.ImportFrom) and node.module == "argparse")
+            ):
                 offenders.append(f"{name}:{node.lineno} argparse")
     assert offenders == []
 
 
 def test_library_modules_do_not_import_the_cli():
     trees = modules()
-    offenders = [name for name, tree in trees.items() if not is_cli(name)
-                 and any(is_cli(m) for m in imports(name, tree, set(trees)))]
+    offenders = [
+        name
+        for name, tree in trees.items()
+        if not is_cli(name) and any(is_cli(m) for m in imports(name, tree, set(trees)))
+    ]
     assert offenders == []
 
 
@@ -123,7 +130,8 @@ def test_only_the_tasks_module_branches_on_a_task_name():
             continue
         for node in ast.walk(tree):
             if isinstance(node, ast.Compare) and any(
-                    isinstance(side, ast.Constant) and side.value in ("jsb", "ptb")
-                    for side in [node.left, *node.comparators]):
+                isinstance(side, ast.Constant) and side.value in ("jsb", "ptb")
+                for side in [node.left, *node.comparators]
+            ):
                 offenders.append(f"{name}:{node.lineno}")
     assert offenders == []

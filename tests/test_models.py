@@ -1,5 +1,6 @@
 """Models: gradients, gate limits, masking, state carry, parameter counts, dropout masks.
 The fused backend's agreement with the reference cells is tested in test_backends.py."""
+
 import pytest
 import torch
 
@@ -18,8 +19,9 @@ def test_gradcheck_float64(arch):
     x = torch.rand(3, 2, 88, dtype=torch.float64, requires_grad=True)
     layer = model.layer
     if arch == "lstm":
-        state = tuple(torch.rand(1, 2, 4, dtype=torch.float64, requires_grad=True)
-                      for _ in range(2))
+        state = tuple(
+            torch.rand(1, 2, 4, dtype=torch.float64, requires_grad=True) for _ in range(2)
+        )
         fn = lambda x, h, c: layer(x, (h, c))[0]  # noqa: E731
         assert torch.autograd.gradcheck(fn, (x, *state))
     else:
@@ -28,7 +30,8 @@ def test_gradcheck_float64(arch):
     # and through the parameters
     params = [p for p in model.parameters()]
     out = lambda *ps: torch.func.functional_call(  # noqa: E731
-        model, {n: p for (n, _), p in zip(model.named_parameters(), ps)}, (x.detach(),))[0]
+        model, {n: p for (n, _), p in zip(model.named_parameters(), ps)}, (x.detach(),)
+    )[0]
     assert torch.autograd.gradcheck(out, tuple(p.detach().requires_grad_() for p in params))
 
 
@@ -73,18 +76,20 @@ def test_state_carry_two_halves_equal_one_run(arch):
     first, mid = model(ids[:4])
     second, end = model(ids[4:], mid)
     torch.testing.assert_close(torch.cat([first, second]), full)
-    for a, b in zip(state if isinstance(state, tuple) else (state,),
-                    end if isinstance(end, tuple) else (end,)):
+    for a, b in zip(
+        state if isinstance(state, tuple) else (state,), end if isinstance(end, tuple) else (end,)
+    ):
         torch.testing.assert_close(a, b)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("task,tied", [("jsb", False), ("ptb", False), ("ptb", True)])
 def test_param_count_matches_built_model(arch, task, tied):
-    for depth in ([1] if arch == "lstm" else [1, 2, 5]):
+    for depth in [1] if arch == "lstm" else [1, 2, 5]:
         model = build_model(task, arch, depth, 24, vocab_size=100, tied=tied)
-        assert sum(p.numel() for p in model.parameters()) == \
-            count_params(task, arch, depth, 24, tied, 100)
+        assert sum(p.numel() for p in model.parameters()) == count_params(
+            task, arch, depth, 24, tied, 100
+        )
 
 
 def test_weight_tying_shares_the_embedding():
@@ -97,6 +102,7 @@ def test_variational_masks_drawn_once_per_sequence(arch, monkeypatch):
     """One drop_i and one drop_h mask per forward call, whatever T and depth are."""
     import rhnsearch.models.dropout as dropout
     import rhnsearch.models.recurrent as target
+
     drawn = []
 
     def recording(p, shape, like, training):
@@ -115,8 +121,9 @@ def test_variational_masks_drawn_once_per_sequence(arch, monkeypatch):
 
 def test_dropout_off_in_eval_mode():
     torch.manual_seed(0)
-    model = build_model("ptb", "rhn", 2, 8, vocab_size=20, drop_x=0.5, drop_i=0.5,
-                        drop_h=0.5, drop_o=0.5).eval()
+    model = build_model(
+        "ptb", "rhn", 2, 8, vocab_size=20, drop_x=0.5, drop_i=0.5, drop_h=0.5, drop_o=0.5
+    ).eval()
     ids = torch.randint(0, 20, (5, 2))
     torch.testing.assert_close(model(ids)[0], model(ids)[0])
 
@@ -141,6 +148,7 @@ def test_variational_lstm_drops_its_state_with_one_mask_per_sequence(monkeypatch
     W_hh in nn.LSTM. Without a mask the step loop is nn.LSTM; in eval mode no mask is drawn."""
     import rhnsearch.models.dropout as dropout
     import rhnsearch.models.lstm as target
+
     torch.manual_seed(0)
     drawn = []
 
@@ -173,9 +181,11 @@ def test_variational_lstm_drops_its_state_with_one_mask_per_sequence(monkeypatch
 
 def test_variational_lstm_is_counted_and_sized_like_the_plain_one():
     from rhnsearch.budget import solve_width
+
     for drop_h in (0.0, 0.4):
         model = build_model("ptb", "lstm", 1, 33, vocab_size=50, tied=True, drop_h=drop_h)
-        assert sum(p.numel() for p in model.parameters()) == count_params("ptb", "lstm", 1, 33,
-                                                                          True, 50)
+        assert sum(p.numel() for p in model.parameters()) == count_params(
+            "ptb", "lstm", 1, 33, True, 50
+        )
     width = solve_width(300_000, "ptb", "lstm", 1, True, 1000)
     assert abs(count_params("ptb", "lstm", 1, width, True, 1000) - 300_000) < 0.01 * 300_000

@@ -1,15 +1,16 @@
 """Sweeps on object storage, for real: a bucket on an S3-compatible server (moto) on 127.0.0.1,
 named in pyarrow's query form. Everything of the sweep lives in the bucket, in few requests
 (counted at the server), and a bad bucket is one line before Ray starts."""
+
 import json
 import re
 
 import pytest
 from mlflow.tracking import MlflowClient
-
-from conftest import JSB_SPACE, json_summary, rhnsearch_cli, rhnsearch_main, wait_until
 from test_faults import assert_full_histories, child_runs
 from test_sweep import check_child_runs
+
+from conftest import JSB_SPACE, json_summary, rhnsearch_cli, rhnsearch_main, wait_until
 
 pytestmark = pytest.mark.slow
 MAX_REQUESTS_PER_TRIAL_EPOCH = 10
@@ -19,17 +20,30 @@ def trial_epochs(uri: str) -> int:
     return sum(int(run.data.metrics["epoch"]) for run in child_runs(uri))
 
 
-def test_a_sweep_on_a_bucket_keeps_everything_there_in_few_requests(s3_server, tmp_path,
-                                                                     data_dir):
+def test_a_sweep_on_a_bucket_keeps_everything_there_in_few_requests(s3_server, tmp_path, data_dir):
     """The smoke sweep's RHN cells on a bucket: Tune's state, one checkpoint per trial, the
     scheduler's state and the sweep's state are in the bucket, no trial file is on the local
     disk, Tune's file loggers wrote nothing, and the server answered at most 10 requests per
     trial-epoch."""
     bucket = s3_server.bucket()
     before = len(s3_server.requests())
-    proc = rhnsearch_cli("sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir", data_dir,
-                         "--name", "on-s3", "--storage-path", s3_server.uri(bucket), "--json",
-                         "--set", "archs=[rhn]", cwd=tmp_path)
+    proc = rhnsearch_cli(
+        "sweep",
+        "run",
+        JSB_SPACE,
+        "--preset",
+        "smoke",
+        "--data-dir",
+        data_dir,
+        "--name",
+        "on-s3",
+        "--storage-path",
+        s3_server.uri(bucket),
+        "--json",
+        "--set",
+        "archs=[rhn]",
+        cwd=tmp_path,
+    )
     summary = json_summary(proc)
     assert summary["complete"] and summary["trials"] == 8, proc.stderr[-3000:]
     requests = s3_server.requests()[before:]
@@ -49,15 +63,27 @@ def test_a_sweep_on_a_bucket_keeps_everything_there_in_few_requests(s3_server, t
 
 
 @pytest.mark.parametrize("case", ["unreachable", "no bucket", "bad option"])
-def test_a_bucket_that_cannot_be_used_is_one_line_before_ray(case, s3_server, tmp_path,
-                                                             data_dir):
+def test_a_bucket_that_cannot_be_used_is_one_line_before_ray(case, s3_server, tmp_path, data_dir):
     """An endpoint that does not answer, a bucket that does not exist, an option pyarrow does
     not know: one line naming the storage, exit 2, and nothing recorded."""
-    uri = {"unreachable": "s3://sweeps/x?endpoint_override=127.0.0.1:9&scheme=http",
-           "no bucket": s3_server.uri("no-such-bucket"),
-           "bad option": s3_server.uri(s3_server.bucket()) + "&colour=blue"}[case]
-    proc = rhnsearch_main("sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir",
-                          data_dir, "--storage-path", uri, cwd=tmp_path, check=False)
+    uri = {
+        "unreachable": "s3://sweeps/x?endpoint_override=127.0.0.1:9&scheme=http",
+        "no bucket": s3_server.uri("no-such-bucket"),
+        "bad option": s3_server.uri(s3_server.bucket()) + "&colour=blue",
+    }[case]
+    proc = rhnsearch_main(
+        "sweep",
+        "run",
+        JSB_SPACE,
+        "--preset",
+        "smoke",
+        "--data-dir",
+        data_dir,
+        "--storage-path",
+        uri,
+        cwd=tmp_path,
+        check=False,
+    )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert f"storage {uri} cannot be used" in proc.stderr
     assert not (tmp_path / "results" / "mlflow.db").exists()
@@ -73,19 +99,42 @@ def test_killed_driver_resumes_from_another_directory(s3_server, tmp_path, data_
     first, second = tmp_path / "first", tmp_path / "second"
     first.mkdir(), second.mkdir()
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    sweep = sweeps(first, "optuna-s3", data_dir, "--search", "optuna", "--set", "archs=[rhn]",
-                   "--set", "depths=[1,2]", "--set", "samples=3", "--set", "fixed.epochs=6",
-                   "--set", "scheduler.name=fifo", "--tracking-uri", store, storage=uri)
+    sweep = sweeps(
+        first,
+        "optuna-s3",
+        data_dir,
+        "--search",
+        "optuna",
+        "--set",
+        "archs=[rhn]",
+        "--set",
+        "depths=[1,2]",
+        "--set",
+        "samples=3",
+        "--set",
+        "fixed.epochs=6",
+        "--set",
+        "scheduler.name=fifo",
+        "--tracking-uri",
+        store,
+        storage=uri,
+    )
 
     def ended():  # once the driver has made the store (it writes the sweep's state after)
-        return "sweeps/optuna-s3/rhnsearch_sweep.json" in s3_server.keys(bucket) and sum(
-            r.info.end_time is not None for r in child_runs(store)) >= 2
+        return (
+            "sweeps/optuna-s3/rhnsearch_sweep.json" in s3_server.keys(bucket)
+            and sum(r.info.end_time is not None for r in child_runs(store)) >= 2
+        )
+
     wait_until(ended, "two trials ended")
     sweep.stop()
-    assert any(k.startswith("sweeps/optuna-s3/optuna_journal/")
-               for k in s3_server.keys(bucket, "sweeps/optuna-s3/"))
-    proc = rhnsearch_cli("sweep", "resume", "optuna-s3", "--storage-path", uri, "--json",
-                         cwd=second, timeout=600)
+    assert any(
+        k.startswith("sweeps/optuna-s3/optuna_journal/")
+        for k in s3_server.keys(bucket, "sweeps/optuna-s3/")
+    )
+    proc = rhnsearch_cli(
+        "sweep", "resume", "optuna-s3", "--storage-path", uri, "--json", cwd=second, timeout=600
+    )
     summary = json_summary(proc)
     assert summary["complete"] and summary["completed"] == 6, proc.stderr[-3000:]
     client = MlflowClient(store)
@@ -96,6 +145,9 @@ def test_killed_driver_resumes_from_another_directory(s3_server, tmp_path, data_
     for directory in (first, second):
         local = [p for p in directory.rglob("*") if p.is_file()]
         assert not [p for p in local if "checkpoint" in str(p) or "run_trial" in str(p)], local
-    state = json.loads(s3_server.client().get_object(
-        Bucket=bucket, Key="sweeps/optuna-s3/rhnsearch_sweep.json")["Body"].read())
+    state = json.loads(
+        s3_server.client()
+        .get_object(Bucket=bucket, Key="sweeps/optuna-s3/rhnsearch_sweep.json")["Body"]
+        .read()
+    )
     assert state["search"] == "optuna" and state["storage"] == uri

@@ -1,12 +1,14 @@
 """`rhnsearch sweep plan`: the expected trial-epochs of ASHA checked against hand-computed
 cases, and the plan of a real space timed on the real JSB data."""
+
 import json
 
 import pytest
 
-from conftest import JSB_SPACE, ROOT, free_port, rhnsearch_main
-from rhnsearch.search.plan import expected_epochs, kept_fractions, wall_seconds, CellPlan
+from rhnsearch.search.plan import CellPlan, expected_epochs, kept_fractions, wall_seconds
 from rhnsearch.search.space import load_space
+
+from conftest import JSB_SPACE, ROOT, free_port, rhnsearch_main
 
 
 def test_asha_keeps_the_only_trial_and_half_of_two():
@@ -22,7 +24,8 @@ def test_expected_epochs_follow_the_rungs():
     kept = kept_fractions(10, [2, 6, 18], 3)
     assert 0 < kept[2] < kept[1] < kept[0] < 1
     assert expected_epochs(space, "cell_asha", 10) == pytest.approx(
-        10 * (2 + kept[0] * 4 + kept[1] * 12 + kept[2] * 22))
+        10 * (2 + kept[0] * 4 + kept[1] * 12 + kept[2] * 22)
+    )
 
 
 def test_wall_time_gives_each_trial_to_the_first_free_slot():
@@ -33,8 +36,19 @@ def test_wall_time_gives_each_trial_to_the_first_free_slot():
 
 
 def test_plan_of_the_jsb_smoke_preset(tmp_path, data_dir):
-    proc = rhnsearch_main("sweep", "plan", JSB_SPACE, "--preset", "smoke", "--data-dir",
-                          data_dir, "--cpus", "2", "--json", cwd=tmp_path)
+    proc = rhnsearch_main(
+        "sweep",
+        "plan",
+        JSB_SPACE,
+        "--preset",
+        "smoke",
+        "--data-dir",
+        data_dir,
+        "--cpus",
+        "2",
+        "--json",
+        cwd=tmp_path,
+    )
     plan = json.loads(proc.stdout)
     space = load_space(JSB_SPACE, "smoke")
     assert [c["cell"] for c in plan["cells"]] == list(space.cells())
@@ -53,21 +67,45 @@ def test_ptb_without_its_text_is_timed_on_random_tokens_of_its_size(tmp_path):
     timed on random tokens of PTB's size and vocabulary, and the plan says so."""
     space = ROOT / "spaces" / "ptb_budget.yaml"
     settings = ["--set", "dataset=ptb", "--set", "depths=[1,4]", "--set", "tied=[true]"]
-    proc = rhnsearch_main("sweep", "plan", space, "--preset", "smoke", *settings, "--data-dir",
-                          tmp_path / "no-data", "--cpus", "2", "--json", cwd=tmp_path,
-                          env={"RHNSEARCH_DATA_MIRROR": f"http://127.0.0.1:{free_port()}"})
+    proc = rhnsearch_main(
+        "sweep",
+        "plan",
+        space,
+        "--preset",
+        "smoke",
+        *settings,
+        "--data-dir",
+        tmp_path / "no-data",
+        "--cpus",
+        "2",
+        "--json",
+        cwd=tmp_path,
+        env={"RHNSEARCH_DATA_MIRROR": f"http://127.0.0.1:{free_port()}"},
+    )
     plan = json.loads(proc.stdout)
     assert plan["data"] == "random tokens of PTB's size"
     assert "with random tokens of PTB's size" in proc.stderr
     cells = load_space(space, "smoke", [s for s in settings if s != "--set"]).cells(10000)
     assert [(c["cell"], c["params"]) for c in plan["cells"]] == [
-        (label, cell["params"]) for label, cell in cells.items()]
+        (label, cell["params"]) for label, cell in cells.items()
+    ]
     assert all(c["epoch_seconds"] > 0 for c in plan["cells"])
     assert not list((tmp_path / "no-data").rglob("*.txt"))
 
 
 def test_plan_on_gpus_for_a_space_of_cpu_trials_is_one_line(tmp_path, data_dir):
-    proc = rhnsearch_main("sweep", "plan", JSB_SPACE, "--preset", "smoke", "--gpus", "4",
-                          "--data-dir", data_dir, cwd=tmp_path, check=False)
+    proc = rhnsearch_main(
+        "sweep",
+        "plan",
+        JSB_SPACE,
+        "--preset",
+        "smoke",
+        "--gpus",
+        "4",
+        "--data-dir",
+        data_dir,
+        cwd=tmp_path,
+        check=False,
+    )
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
     assert "resources.gpu is 0" in proc.stderr

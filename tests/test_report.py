@@ -2,6 +2,7 @@
 sweep, its numbers checked against the store and against Optuna run independently here, and
 its sections rendered in headless Chromium (screenshots kept in $RHNSEARCH_TEST_ARTIFACTS,
 default results/test-artifacts/)."""
+
 import base64
 import html
 import io
@@ -9,7 +10,6 @@ import json
 import math
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 from html.parser import HTMLParser
@@ -71,8 +71,9 @@ class Page(HTMLParser):
 
 
 def results(sweep: SmokeSweep, *args, check=True):
-    return rhnsearch_main("results", *args, "--tracking-uri", sweep.tracking_uri, cwd=sweep.cwd,
-                          check=check)
+    return rhnsearch_main(
+        "results", *args, "--tracking-uri", sweep.tracking_uri, cwd=sweep.cwd, check=check
+    )
 
 
 def one_line_error(proc, *words):
@@ -90,15 +91,24 @@ def pages(jsb_smoke, jsb_diverging, ptb_budget_smoke, ptb_hsg_smoke, tmp_path_fa
     made = {}
     for sweep in (jsb_smoke, jsb_diverging, ptb_budget_smoke, ptb_hsg_smoke):
         path = out / f"{sweep.experiment}.html"
-        proc = rhnsearch_cli("results", "report", "--experiment", sweep.experiment, "--top",
-                             "3", "--out", path, "--tracking-uri", sweep.tracking_uri,
-                             cwd=sweep.cwd)
+        proc = rhnsearch_cli(
+            "results",
+            "report",
+            "--experiment",
+            sweep.experiment,
+            "--top",
+            "3",
+            "--out",
+            path,
+            "--tracking-uri",
+            sweep.tracking_uri,
+            cwd=sweep.cwd,
+        )
         assert proc.stderr.strip().splitlines()[-1] == f"wrote {path}"
         made[sweep.experiment] = path
     assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in made.values())
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    (ARTIFACTS / "report_jsb_optimization.html").write_bytes(
-        made["jsb_optimization"].read_bytes())
+    (ARTIFACTS / "report_jsb_optimization.html").write_bytes(made["jsb_optimization"].read_bytes())
     return made
 
 
@@ -109,16 +119,16 @@ def test_report_is_one_self_contained_page_with_every_section(pages):
         assert [i for i in page.ids if i in SECTIONS] == SECTIONS, experiment
         assert len(page.ids) == len(set(page.ids))
         # nothing loaded from elsewhere: every src/href is embedded data or a fragment
-        assert page.links and all(link.startswith(("data:image/png;base64,", "#"))
-                                  for link in page.links), experiment
+        assert page.links and all(
+            link.startswith(("data:image/png;base64,", "#")) for link in page.links
+        ), experiment
         assert "<script" not in text and "url(" not in text and "@import" not in text
         assert not re.search(r"(src|href)\s*=\s*[\"']?\s*(https?:|//|file:)", text)
         for section in ("figure", "curves", "parallel", "importance"):
             assert page.images.get(section), (experiment, section)
         for sources in page.images.values():
             for src in sources:
-                png = base64.b64decode(src.removeprefix("data:image/png;base64,"),
-                                       validate=True)
+                png = base64.b64decode(src.removeprefix("data:image/png;base64,"), validate=True)
                 assert png[:8] == PNG_MAGIC
                 with Image.open(io.BytesIO(png)) as image:
                     image.verify()
@@ -130,15 +140,19 @@ def test_report_is_one_self_contained_page_with_every_section(pages):
 
 def test_header_counts_the_trials_by_status(pages, jsb_smoke, ptb_budget_smoke):
     for sweep in (jsb_smoke, ptb_budget_smoke):
-        facts = {r["field"]: r["value"] for r in Page(pages[sweep.experiment].read_text())
-                 .table_rows("header-facts")}
+        facts = {
+            r["field"]: r["value"]
+            for r in Page(pages[sweep.experiment].read_text()).table_rows("header-facts")
+        }
         runs = sweep.child_runs()
         statuses = [r.data.tags["status"] for r in runs]
         assert facts["experiment"] == sweep.experiment and facts["sweep"] == sweep.name
         assert facts["study"] == sweep.experiment and facts["preset"] == "smoke"
-        assert facts["trials"].startswith(f"{len(runs)}: {statuses.count('completed')} "
-                                          f"completed, {statuses.count('stopped')} stopped "
-                                          f"early, {statuses.count('diverged')} diverged")
+        assert facts["trials"].startswith(
+            f"{len(runs)}: {statuses.count('completed')} "
+            f"completed, {statuses.count('stopped')} stopped "
+            f"early, {statuses.count('diverged')} diverged"
+        )
         minutes, seconds = divmod(round(sweep.summary["wall_seconds"]), 60)
         assert facts["wall time"].startswith(f"{minutes}m {seconds:02d}s")
 
@@ -147,16 +161,23 @@ def test_jsb_report_has_the_jsb_table(pages, jsb_smoke):
     page = Page(pages["jsb_optimization"].read_text())
     rows = page.table_rows("study-table")
     printed = results(jsb_smoke, "table", "--study", "jsb_optimization").stdout
-    md = [[c.strip() for c in line.strip().strip("|").split("|")]
-          for line in printed.splitlines() if line.startswith("|")]
+    md = [
+        [c.strip() for c in line.strip().strip("|").split("|")]
+        for line in printed.splitlines()
+        if line.startswith("|")
+    ]
     assert [list(r.values()) for r in rows] == md[2:] and list(rows[0]) == md[0]
     runs = jsb_smoke.child_runs()
     assert sum(int(r["settings"]) for r in rows) == len(runs)
     for row in rows:
         code = {"RHN": "rhn", "DT-RNN": "dtrnn", "DT(S)-RNN": "dtsrnn"}[row["arch"]]
-        losses = [r.data.metrics["best_valid_loss"] for r in runs
-                  if r.data.params["arch"] == code and r.data.params["depth"] == row["depth"]
-                  and r.data.tags["status"] in ("completed", "stopped")]
+        losses = [
+            r.data.metrics["best_valid_loss"]
+            for r in runs
+            if r.data.params["arch"] == code
+            and r.data.params["depth"] == row["depth"]
+            and r.data.tags["status"] in ("completed", "stopped")
+        ]
         best = min(losses) if losses else float("nan")  # a cell whose settings all diverged
         assert float(row["best best_valid_loss"]) == pytest.approx(best, rel=1e-3, nan_ok=True)
 
@@ -174,14 +195,20 @@ def test_jsb_report_states_the_finding_and_measures_it(pages, jsb_smoke):
     rows = Page(text).table_rows("finding-table")
     codes = {"RHN": "rhn", "DT-RNN": "dtrnn", "DT(S)-RNN": "dtsrnn"}
     assert [r["arch"] for r in rows] == ["RHN", "DT-RNN", "DT(S)-RNN"]
+
     def shown(value: str) -> float:
         return math.nan if value == "–" else float(value)  # a cell with no finished setting
+
     for row in rows:
         arch = codes[row["arch"]]
-        expected = [best.get((arch, 1), math.nan), best.get((arch, 6), math.nan),
-                    best.get((arch, 6), math.nan) - best.get(("rhn", 6), math.nan)]
-        measured = [shown(row[k]) for k in ("best at depth 1", "best at depth 6",
-                                            "gap to RHN at depth 6")]
+        expected = [
+            best.get((arch, 1), math.nan),
+            best.get((arch, 6), math.nan),
+            best.get((arch, 6), math.nan) - best.get(("rhn", 6), math.nan),
+        ]
+        measured = [
+            shown(row[k]) for k in ("best at depth 1", "best at depth 6", "gap to RHN at depth 6")
+        ]
         assert measured == pytest.approx(expected, rel=1e-3, abs=2e-3, nan_ok=True), row  # 4 digits
 
 
@@ -190,9 +217,13 @@ def test_ptb_reports_hold_the_published_numbers(pages):
 
     rows = Page(pages["ptb_budget"].read_text()).table_rows("study-table")
     assert [int(r["depth"]) for r in rows] == list(range(1, 11))
-    for column, key in (("units (paper)", "units"), ("valid (PTB, paper)", "valid"),
-                        ("test (PTB, paper)", "test"), ("valid WT (PTB, paper)", "valid_wt"),
-                        ("test WT (PTB, paper)", "test_wt")):
+    for column, key in (
+        ("units (paper)", "units"),
+        ("valid (PTB, paper)", "valid"),
+        ("test (PTB, paper)", "test"),
+        ("valid WT (PTB, paper)", "valid_wt"),
+        ("test WT (PTB, paper)", "test_wt"),
+    ):
         assert [float(r[column]) for r in rows] == list(published.PTB_BUDGET[key]), column
     assert rows[0]["units (paper)"] == "1275" and rows[9]["test WT (PTB, paper)"] == "66"
     assert published.RHN_PAPER in html.unescape(pages["ptb_budget"].read_text())
@@ -209,14 +240,27 @@ def test_ptb_reports_hold_the_published_numbers(pages):
 def expected_importances(sweep: SmokeSweep) -> tuple[dict, dict]:
     """Per arch, each evaluator's importances computed here from the sweep's runs, as the
     page says it does; and for each arch left out, the words the page must give why."""
-    runs = sorted((r for r in sweep.child_runs() if r.data.tags["status"] in
-                   ("completed", "stopped") and math.isfinite(r.data.metrics["best_valid_loss"])),
-                  key=lambda r: r.data.tags["trial_id"])
+    runs = sorted(
+        (
+            r
+            for r in sweep.child_runs()
+            if r.data.tags["status"] in ("completed", "stopped")
+            and math.isfinite(r.data.metrics["best_valid_loss"])
+        ),
+        key=lambda r: r.data.tags["trial_id"],
+    )
     found, skipped = {}, {}
     for arch in {r.data.params["arch"] for r in sweep.child_runs()}:
         mine = [r for r in runs if r.data.params["arch"] == arch]
-        names = sorted(k for k in mine[0].data.params if k not in NOT_SETTINGS
-                       and len({r.data.params[k] for r in mine}) > 1) if mine else []
+        names = (
+            sorted(
+                k
+                for k in mine[0].data.params
+                if k not in NOT_SETTINGS and len({r.data.params[k] for r in mine}) > 1
+            )
+            if mine
+            else []
+        )
         if len(mine) < 4:
             skipped[arch] = f"({arch}): no importance, {len(mine)} finished trial"
             continue
@@ -227,42 +271,56 @@ def expected_importances(sweep: SmokeSweep) -> tuple[dict, dict]:
         for name in names:
             raw = [r.data.params[name] for r in mine]
             if set(raw) <= {"True", "False"} or not all(
-                    re.fullmatch(r"[-+0-9.e]+", v) for v in raw):
+                re.fullmatch(r"[-+0-9.e]+", v) for v in raw
+            ):
                 dists[name] = optuna.distributions.CategoricalDistribution(
-                    sorted({v == "True" if set(raw) <= {"True", "False"} else v for v in raw},
-                           key=str))
+                    sorted(
+                        {v == "True" if set(raw) <= {"True", "False"} else v for v in raw}, key=str
+                    )
+                )
                 continue
             numbers = [float(v) for v in raw]
             log = min(numbers) > 0 and max(numbers) / min(numbers) > 20
             if all(re.fullmatch(r"[-+]?\d+", v) for v in raw):
                 dists[name] = optuna.distributions.IntDistribution(
-                    int(min(numbers)), int(max(numbers)), log=log)
+                    int(min(numbers)), int(max(numbers)), log=log
+                )
             else:
                 dists[name] = optuna.distributions.FloatDistribution(
-                    min(numbers), max(numbers), log=log)
+                    min(numbers), max(numbers), log=log
+                )
 
-        def value(name, raw):
+        def value(name, raw, dists=dists):
             dist = dists[name]
             if isinstance(dist, optuna.distributions.CategoricalDistribution):
                 return raw == "True" if raw in ("True", "False") else raw
-            return int(raw) if isinstance(dist, optuna.distributions.IntDistribution) \
-                else float(raw)
+            return (
+                int(raw) if isinstance(dist, optuna.distributions.IntDistribution) else float(raw)
+            )
 
         study = optuna.create_study(direction="minimize")
         for run in mine:
-            study.add_trial(optuna.trial.create_trial(
-                params={n: value(n, run.data.params[n]) for n in names}, distributions=dists,
-                value=run.data.metrics["best_valid_loss"]))
+            study.add_trial(
+                optuna.trial.create_trial(
+                    params={n: value(n, run.data.params[n]) for n in names},
+                    distributions=dists,
+                    value=run.data.metrics["best_valid_loss"],
+                )
+            )
         found[arch] = {
             "fANOVA": optuna.importance.get_param_importances(
-                study, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0)),
+                study, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0)
+            ),
             "PED-ANOVA": optuna.importance.get_param_importances(
-                study, evaluator=optuna.importance.PedAnovaImportanceEvaluator())}
+                study, evaluator=optuna.importance.PedAnovaImportanceEvaluator()
+            ),
+        }
     return found, skipped
 
 
-def test_importance_equals_optuna_on_the_stored_trials(pages, jsb_smoke, jsb_diverging,
-                                                       ptb_budget_smoke, ptb_hsg_smoke):
+def test_importance_equals_optuna_on_the_stored_trials(
+    pages, jsb_smoke, jsb_diverging, ptb_budget_smoke, ptb_hsg_smoke
+):
     tables = 0
     for sweep in (jsb_smoke, jsb_diverging, ptb_budget_smoke, ptb_hsg_smoke):
         text = pages[sweep.experiment].read_text()
@@ -270,8 +328,9 @@ def test_importance_equals_optuna_on_the_stored_trials(pages, jsb_smoke, jsb_div
         expected, skipped = expected_importances(sweep)
         for arch, words in skipped.items():  # too few trials: said so, no numbers
             assert f"importance-{arch}" not in page.tables and words in text
-        assert {t.removeprefix("importance-") for t in page.tables
-                if t and t.startswith("importance-")} == set(expected)
+        assert {
+            t.removeprefix("importance-") for t in page.tables if t and t.startswith("importance-")
+        } == set(expected)
         for arch in expected:
             tables += 1
             rows = page.table_rows(f"importance-{arch}")
@@ -280,12 +339,14 @@ def test_importance_equals_optuna_on_the_stored_trials(pages, jsb_smoke, jsb_div
             for row in rows:
                 for evaluator, values in expected[arch].items():
                     assert float(row[evaluator]) == pytest.approx(
-                        values[row["hyperparameter"]], rel=1e-3, abs=1e-9), (arch, row)
+                        values[row["hyperparameter"]], rel=1e-3, abs=1e-9
+                    ), (arch, row)
             assert sum(float(r["fANOVA"]) for r in rows) == pytest.approx(1, abs=1e-3)
     assert tables >= 6  # 3 JSB archs, ptb_budget's RHN, ptb_hsg's RHN and HSG
     rows = Page(pages["jsb_optimization"].read_text()).table_rows("importance-rhn")
     assert {"lr", "depth", "momentum", "init_scale", "clip", "t_bias"} == {
-        r["hyperparameter"] for r in rows}
+        r["hyperparameter"] for r in rows
+    }
     rows = Page(pages["ptb_budget"].read_text()).table_rows("importance-rhn")
     assert {r["hyperparameter"] for r in rows} == {"depth", "tied"}
 
@@ -293,24 +354,31 @@ def test_importance_equals_optuna_on_the_stored_trials(pages, jsb_smoke, jsb_div
 def test_parallel_coordinates_draw_every_trial_on_scaled_axes(jsb_diverging):
     from rhnsearch.results import plots, store
 
-    chosen, trials = store.sweep_trials(store.open_experiment("jsb_diverging",
-                                                              jsb_diverging.tracking_uri))
+    chosen, trials = store.sweep_trials(
+        store.open_experiment("jsb_diverging", jsb_diverging.tracking_uri)
+    )
     ax = plots.parallel(chosen, trials).axes[0]
     runs = jsb_diverging.child_runs()
     values = {k: [r.data.params[k] for r in runs] for k in runs[0].data.params}
     varying = {k for k, v in values.items() if len(set(v)) > 1} - NOT_SETTINGS
-    logged = {k for k in varying - {"arch"}
-              if max(map(float, values[k])) / min(map(float, values[k])) > 20}
+    logged = {
+        k
+        for k in varying - {"arch"}
+        if max(map(float, values[k])) / min(map(float, values[k])) > 20
+    }
     labels = [t.get_text() for t in ax.get_xticklabels()]
     assert labels[:2] == ["arch", "depth"] and labels[-1] == "best_valid_loss"
-    assert sorted(labels[2:-1]) == sorted(k + " (log)" * (k in logged)
-                                          for k in varying - {"arch", "depth"})
+    assert sorted(labels[2:-1]) == sorted(
+        k + " (log)" * (k in logged) for k in varying - {"arch", "depth"}
+    )
     assert "lr" in logged and "seed" not in " ".join(labels)
-    finished_lines, diverged_lines = (next(c for c in ax.collections if c.get_gid() == gid)
-                                      for gid in ("finished", "diverged"))
+    finished_lines, diverged_lines = (
+        next(c for c in ax.collections if c.get_gid() == gid) for gid in ("finished", "diverged")
+    )
     statuses = [r.data.tags["status"] for r in runs]
-    assert len(finished_lines.get_segments()) == statuses.count("completed") + \
-        statuses.count("stopped")
+    assert len(finished_lines.get_segments()) == statuses.count("completed") + statuses.count(
+        "stopped"
+    )
     assert len(diverged_lines.get_segments()) == statuses.count("diverged") > 0
     assert diverged_lines.get_linestyle()[0][1] is not None  # dashed
     lrs = [math.log10(float(v)) for v in values["lr"]]
@@ -325,41 +393,89 @@ def test_parallel_coordinates_draw_every_trial_on_scaled_axes(jsb_diverging):
 
 
 def test_report_errors_are_one_line_and_nothing_is_overwritten(jsb_smoke, tmp_path):
-    one_line_error(results(jsb_smoke, "report", "--experiment", "no_such_study", "--out",
-                           tmp_path / "r.html", check=False), "no_such_study",
-                   "jsb_optimization")
-    one_line_error(results(jsb_smoke, "report", "--experiment", "jsb_optimization", "--out",
-                           tmp_path / "r.pdf", check=False), ".html")
-    one_line_error(results(jsb_smoke, "report", "--experiment", "jsb_optimization", "--sweep",
-                           "nope", "--out", tmp_path / "r.html", check=False), "nope",
-                   jsb_smoke.name)
-    one_line_error(results(jsb_smoke, "report", "--experiment", "jsb_optimization", "--top",
-                           "0", "--out", tmp_path / "r.html", check=False), "--top")
+    one_line_error(
+        results(
+            jsb_smoke,
+            "report",
+            "--experiment",
+            "no_such_study",
+            "--out",
+            tmp_path / "r.html",
+            check=False,
+        ),
+        "no_such_study",
+        "jsb_optimization",
+    )
+    one_line_error(
+        results(
+            jsb_smoke,
+            "report",
+            "--experiment",
+            "jsb_optimization",
+            "--out",
+            tmp_path / "r.pdf",
+            check=False,
+        ),
+        ".html",
+    )
+    one_line_error(
+        results(
+            jsb_smoke,
+            "report",
+            "--experiment",
+            "jsb_optimization",
+            "--sweep",
+            "nope",
+            "--out",
+            tmp_path / "r.html",
+            check=False,
+        ),
+        "nope",
+        jsb_smoke.name,
+    )
+    one_line_error(
+        results(
+            jsb_smoke,
+            "report",
+            "--experiment",
+            "jsb_optimization",
+            "--top",
+            "0",
+            "--out",
+            tmp_path / "r.html",
+            check=False,
+        ),
+        "--top",
+    )
     out = tmp_path / "kept.html"
     out.write_text("precious\n")
-    one_line_error(results(jsb_smoke, "report", "--experiment", "jsb_optimization", "--out",
-                           out, check=False), "--force")
+    one_line_error(
+        results(jsb_smoke, "report", "--experiment", "jsb_optimization", "--out", out, check=False),
+        "--force",
+    )
     assert out.read_text() == "precious\n"
     results(jsb_smoke, "report", "--experiment", "jsb_optimization", "--out", out, "--force")
     assert all(f'id="{s}"' in out.read_text() for s in SECTIONS)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.html"]
 
 
-def test_finished_sweeps_log_their_report_on_the_parent_run(jsb_smoke, ptb_budget_smoke,
-                                                            ptb_hsg_smoke, tmp_path):
+def test_finished_sweeps_log_their_report_on_the_parent_run(
+    jsb_smoke, ptb_budget_smoke, ptb_hsg_smoke, tmp_path
+):
     for sweep in (jsb_smoke, ptb_budget_smoke, ptb_hsg_smoke):
         client = sweep.client()
         experiment = client.get_experiment_by_name(sweep.experiment)
         (parent,) = client.search_runs([experiment.experiment_id], "tags.kind = 'sweep'")
         assert [a.path for a in client.list_artifacts(parent.info.run_id, "report")] == [
-            "report/report.html"]
-        path = client.download_artifacts(parent.info.run_id, "report/report.html",
-                                         str(tmp_path))
+            "report/report.html"
+        ]
+        path = client.download_artifacts(parent.info.run_id, "report/report.html", str(tmp_path))
         text = open(path, encoding="utf-8").read()
         page = Page(text)
         assert [i for i in page.ids if i in SECTIONS] == SECTIONS
-        assert {r["field"]: r["value"] for r in page.table_rows("header-facts")}["sweep"] \
-            == sweep.name
+        assert {r["field"]: r["value"] for r in page.table_rows("header-facts")}[
+            "sweep"
+        ] == sweep.name
         assert all(page.images.get(s) for s in ("figure", "curves", "parallel", "importance"))
         assert "could not log the sweep's report" not in sweep.stderr
 
@@ -381,11 +497,27 @@ PROBE = """<script>addEventListener("load", () => {
 def chromium(browser: str, *args, url: str) -> subprocess.CompletedProcess:
     with tempfile.TemporaryDirectory() as profile:
         return subprocess.run(
-            [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             "--disable-dev-shm-usage", "--hide-scrollbars", "--force-device-scale-factor=1",
-             f"--user-data-dir={profile}", *args, url], capture_output=True, text=True,
-            timeout=180, check=True)
+            [
+                browser,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--disable-dev-shm-usage",
+                "--hide-scrollbars",
+                "--force-device-scale-factor=1",
+                f"--user-data-dir={profile}",
+                *args,
+                url,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=True,
+        )
 
 
 def inked(image: Image.Image) -> tuple[float, int]:
@@ -401,16 +533,24 @@ def test_every_section_renders_in_chromium(pages, tmp_path, browser):
     for experiment in ("jsb_optimization", "ptb_budget"):
         page = pages[experiment]
         probe = tmp_path / f"probe_{experiment}.html"
-        probe.write_text(page.read_text(encoding="utf-8").replace("</body>", PROBE + "</body>"),
-                         encoding="utf-8")
+        probe.write_text(
+            page.read_text(encoding="utf-8").replace("</body>", PROBE + "</body>"), encoding="utf-8"
+        )
         dom = chromium(browser, "--window-size=1280,1000", "--dump-dom", url=probe.as_uri()).stdout
-        boxes = {key: [float(v) for v in box.split(",")] for key, box in re.findall(
-            r'<(?:header|section) id="([\w-]+)"[^>]*data-box="([^"]+)"', dom)}
+        boxes = {
+            key: [float(v) for v in box.split(",")]
+            for key, box in re.findall(
+                r'<(?:header|section) id="([\w-]+)"[^>]*data-box="([^"]+)"', dom
+            )
+        }
         assert list(boxes) == SECTIONS
-        images = [[float(v) for v in s.split(",")] for s in re.findall(
-            r'data-shown="([^"]+)"', dom)]
-        assert len(images) >= 4 and all(n > 0 and w > 300 and h > 150  # decoded and shown
-                                        for n, _, _, w, h in images)
+        images = [
+            [float(v) for v in s.split(",")] for s in re.findall(r'data-shown="([^"]+)"', dom)
+        ]
+        assert len(images) >= 4 and all(
+            n > 0 and w > 300 and h > 150  # decoded and shown
+            for n, _, _, w, h in images
+        )
         height = int(re.search(r'data-height="(\d+)"', dom).group(1))
         shot = tmp_path / f"{experiment}.png"
         chromium(browser, f"--window-size=1280,{height}", f"--screenshot={shot}", url=page.as_uri())
@@ -435,28 +575,46 @@ def drawn_outside(fig) -> list[str]:
     axes' area, after its layout."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.text import Text
+
     FigureCanvasAgg(fig).draw()
     edge = fig.bbox.padded(1)
-    unseen = {id(label) for ax in fig.axes for axis in (ax.xaxis, ax.yaxis)
-              for tick in axis.get_major_ticks() + axis.get_minor_ticks()
-              if not min(axis.get_view_interval()) <= tick.get_loc() <= max(
-                  axis.get_view_interval()) for label in (tick.label1, tick.label2)}
-    texts = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()
-             and id(t) not in unseen]  # matplotlib keeps, but never draws, ticks out of view
-    cut = [t.get_text() for t in texts
-           if not (edge.contains(*t.get_window_extent().p0)
-                   and edge.contains(*t.get_window_extent().p1))]
+    unseen = {
+        id(label)
+        for ax in fig.axes
+        for axis in (ax.xaxis, ax.yaxis)
+        for tick in axis.get_major_ticks() + axis.get_minor_ticks()
+        if not min(axis.get_view_interval()) <= tick.get_loc() <= max(axis.get_view_interval())
+        for label in (tick.label1, tick.label2)
+    }
+    texts = [
+        t
+        for t in fig.findobj(Text)
+        if t.get_visible() and t.get_text().strip() and id(t) not in unseen
+    ]  # matplotlib keeps, but never draws, ticks out of view
+    cut = [
+        t.get_text()
+        for t in texts
+        if not (
+            edge.contains(*t.get_window_extent().p0) and edge.contains(*t.get_window_extent().p1)
+        )
+    ]
     legends = [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend())]
-    covering = [f"legend over {ax.get_title()!r}" for legend in legends for ax in fig.axes
-                if legend.get_window_extent().overlaps(ax.bbox)]
+    covering = [
+        f"legend over {ax.get_title()!r}"
+        for legend in legends
+        for ax in fig.axes
+        if legend.get_window_extent().overlaps(ax.bbox)
+    ]
     return cut + covering
 
 
 def test_every_figure_of_the_reports_fits_and_no_legend_covers_data(
-        jsb_smoke, ptb_budget_smoke, ptb_hsg_smoke):
+    jsb_smoke, ptb_budget_smoke, ptb_hsg_smoke
+):
     """The figures the reports embed: every title and label inside the figure, every legend
     outside the axes it would cover."""
     from rhnsearch.results import importance, plots, store
+
     checked = 0
     for sweep in (jsb_smoke, ptb_budget_smoke, ptb_hsg_smoke):
         exp = store.open_experiment(sweep.experiment, sweep.tracking_uri)

@@ -1,5 +1,6 @@
 """Exports, plots and tables read from the MLflow stores of the real smoke sweeps, each command
 run in a fresh process (`rhnsearch results ...`) and checked against the store itself."""
+
 import math
 import re
 import xml.etree.ElementTree as ET
@@ -17,20 +18,23 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 def results(sweep: SmokeSweep, *args, check=True):
     """`rhnsearch results ARGS` on the sweep's store (no sweep object: the store alone)."""
-    return rhnsearch_main("results", *args, "--tracking-uri", sweep.tracking_uri,
-                         cwd=sweep.cwd, check=check)
+    return rhnsearch_main(
+        "results", *args, "--tracking-uri", sweep.tracking_uri, cwd=sweep.cwd, check=check
+    )
 
 
 def svg_texts(path) -> list[str]:
     """The text of an SVG drawn by `results plot` (its text is kept as text)."""
-    return ["".join(t.itertext())
-            for t in ET.parse(path).iter("{http://www.w3.org/2000/svg}text")]
+    return ["".join(t.itertext()) for t in ET.parse(path).iter("{http://www.w3.org/2000/svg}text")]
 
 
 def md_table(text: str) -> pd.DataFrame:
     """The Markdown table printed by `results table`, as strings."""
-    rows = [[c.strip() for c in line.strip().strip("|").split("|")]
-            for line in text.splitlines() if line.startswith("|")]
+    rows = [
+        [c.strip() for c in line.strip().strip("|").split("|")]
+        for line in text.splitlines()
+        if line.startswith("|")
+    ]
     return pd.DataFrame(rows[2:], columns=rows[0])
 
 
@@ -46,8 +50,14 @@ def one_line_error(proc, *words):
 def test_export_writes_one_row_per_trial_in_every_format(jsb_smoke, tmp_path):
     runs = {r.info.run_id: r for r in jsb_smoke.child_runs()}
     for suffix in (".parquet", ".csv", ".md", ".tex"):
-        results(jsb_smoke, "export", "--experiment", "jsb_optimization", "--out",
-                tmp_path / f"trials{suffix}")
+        results(
+            jsb_smoke,
+            "export",
+            "--experiment",
+            "jsb_optimization",
+            "--out",
+            tmp_path / f"trials{suffix}",
+        )
     frame = pd.read_parquet(tmp_path / "trials.parquet")
     table = pq.read_table(tmp_path / "trials.parquet")
     assert len(frame) == table.num_rows == len(runs) == jsb_smoke.summary["trials"]
@@ -93,12 +103,12 @@ def test_export_history_has_every_epoch_of_every_trial(jsb_smoke, tmp_path):
     expected = 0
     for run in jsb_smoke.child_runs():
         rows = frame[frame["run_id"] == run.info.run_id].sort_values("epoch")
-        history = sorted(client.get_metric_history(run.info.run_id, "train_loss"),
-                         key=lambda m: m.step)
+        history = sorted(
+            client.get_metric_history(run.info.run_id, "train_loss"), key=lambda m: m.step
+        )
         expected += len(history)
         assert list(rows["epoch"]) == [m.step for m in history]
-        assert np.allclose(rows["metrics.train_loss"], [m.value for m in history],
-                           equal_nan=True)
+        assert np.allclose(rows["metrics.train_loss"], [m.value for m in history], equal_nan=True)
         assert (rows["params.arch"] == run.data.params["arch"]).all()
         tested = rows["metrics.test_loss"].notna()
         if run.data.tags["status"] == "completed":  # test loss on the last epoch only
@@ -109,20 +119,52 @@ def test_export_history_has_every_epoch_of_every_trial(jsb_smoke, tmp_path):
 
 
 def test_export_errors_are_one_line_and_nothing_is_overwritten(jsb_smoke, tmp_path):
-    one_line_error(results(jsb_smoke, "export", "--experiment", "no_such_study", "--out",
-                           tmp_path / "x.csv", check=False), "no_such_study",
-                   "jsb_optimization")
+    one_line_error(
+        results(
+            jsb_smoke,
+            "export",
+            "--experiment",
+            "no_such_study",
+            "--out",
+            tmp_path / "x.csv",
+            check=False,
+        ),
+        "no_such_study",
+        "jsb_optimization",
+    )
     empty_store = f"sqlite:///{tmp_path / 'empty.db'}"
     MlflowClient(empty_store).create_experiment("empty_study")
-    proc = rhnsearch_main("results", "export", "--experiment", "empty_study", "--tracking-uri",
-                         empty_store, "--out", tmp_path / "x.csv", cwd=tmp_path, check=False)
+    proc = rhnsearch_main(
+        "results",
+        "export",
+        "--experiment",
+        "empty_study",
+        "--tracking-uri",
+        empty_store,
+        "--out",
+        tmp_path / "x.csv",
+        cwd=tmp_path,
+        check=False,
+    )
     one_line_error(proc, "empty_study", "no trial runs")
-    one_line_error(results(jsb_smoke, "export", "--experiment", "jsb_optimization", "--out",
-                           tmp_path / "x.xlsx", check=False), ".parquet")
+    one_line_error(
+        results(
+            jsb_smoke,
+            "export",
+            "--experiment",
+            "jsb_optimization",
+            "--out",
+            tmp_path / "x.xlsx",
+            check=False,
+        ),
+        ".parquet",
+    )
     out = tmp_path / "kept.csv"
     out.write_text("precious\n")
-    one_line_error(results(jsb_smoke, "export", "--experiment", "jsb_optimization", "--out",
-                           out, check=False), "--force")
+    one_line_error(
+        results(jsb_smoke, "export", "--experiment", "jsb_optimization", "--out", out, check=False),
+        "--force",
+    )
     assert out.read_text() == "precious\n"
     results(jsb_smoke, "export", "--experiment", "jsb_optimization", "--out", out, "--force")
     assert len(pd.read_csv(out)) == jsb_smoke.summary["trials"]
@@ -141,21 +183,33 @@ def test_swarm_draws_every_setting_on_its_axis(jsb_smoke, jsb_diverging, tmp_pat
     for sweep in (jsb_smoke, jsb_diverging):
         experiment, runs = sweep.experiment, sweep.child_runs()
         diverged = sum(r.data.tags["status"] == "diverged" for r in runs)
-        drawn = {r.data.metrics["best_valid_loss"]: r.data.tags["status"] for r in runs
-                 if r.data.tags["status"] in ("completed", "stopped")}
+        drawn = {
+            r.data.metrics["best_valid_loss"]: r.data.tags["status"]
+            for r in runs
+            if r.data.tags["status"] in ("completed", "stopped")
+        }
         for suffix in (".png", ".svg"):
-            results(sweep, "plot", "swarm", "--experiment", experiment, "--out",
-                    tmp_path / f"{experiment}{suffix}")
+            results(
+                sweep,
+                "plot",
+                "swarm",
+                "--experiment",
+                experiment,
+                "--out",
+                tmp_path / f"{experiment}{suffix}",
+            )
         assert (tmp_path / f"{experiment}.png").read_bytes()[:8] == PNG_MAGIC
 
-        chosen, trials = store.sweep_trials(store.open_experiment(experiment,
-                                                                  sweep.tracking_uri))
+        chosen, trials = store.sweep_trials(store.open_experiment(experiment, sweep.tracking_uri))
         ax = plots.swarm(chosen, trials).axes[0]
-        kinds = {gid: [c for c in ax.collections if c.get_gid() == gid]
-                 for gid in ("shown", "diverged")}
+        kinds = {
+            gid: [c for c in ax.collections if c.get_gid() == gid] for gid in ("shown", "diverged")
+        }
         assert sum(map(len, kinds.values())) == len(ax.collections)
-        xy = {gid: np.concatenate([c.get_offsets() for c in cs]) if cs else np.empty((0, 2))
-              for gid, cs in kinds.items()}
+        xy = {
+            gid: np.concatenate([c.get_offsets() for c in cs]) if cs else np.empty((0, 2))
+            for gid, cs in kinds.items()
+        }
         assert sorted(xy["shown"][:, 1]) == pytest.approx(sorted(drawn))  # every one, at it
         assert len(xy["diverged"]) == diverged
         for collection in kinds["shown"]:  # hollow if and only if stopped early
@@ -183,8 +237,7 @@ def test_swarm_draws_every_setting_on_its_axis(jsb_smoke, jsb_diverging, tmp_pat
     assert "log" in scales  # and its losses span enough for a log axis
 
 
-def test_depth_plot_overlays_the_published_curve_and_names_ptb_sample(ptb_budget_smoke,
-                                                                      tmp_path):
+def test_depth_plot_overlays_the_published_curve_and_names_ptb_sample(ptb_budget_smoke, tmp_path):
     from rhnsearch.results import plots, published, store
 
     out = tmp_path / "depth.svg"
@@ -196,11 +249,17 @@ def test_depth_plot_overlays_the_published_curve_and_names_ptb_sample(ptb_budget
     assert measured == ["untied, ptb-sample (measured)", "WT, ptb-sample (measured)"]
     assert "untied, PTB (published at a larger weight decay)" in texts
     assert "WT, PTB (published, weight decay 1e-07)" in texts  # the like-for-like point
-    assert not any(re.search(r"\bPTB\b", t) and "published" not in t and "paper" not in
-                   t.lower() and "Zilly" not in t for t in texts)
+    assert not any(
+        re.search(r"\bPTB\b", t)
+        and "published" not in t
+        and "paper" not in t.lower()
+        and "Zilly" not in t
+        for t in texts
+    )
 
-    chosen, trials = store.sweep_trials(store.open_experiment("ptb_budget",
-                                                              ptb_budget_smoke.tracking_uri))
+    chosen, trials = store.sweep_trials(
+        store.open_experiment("ptb_budget", ptb_budget_smoke.tracking_uri)
+    )
     valid_ax = plots.depth_curves(chosen, trials, "ptb_budget").axes[0]
     lines = {line.get_label(): line for line in valid_ax.get_lines()}
     published_wt = lines["WT, PTB (published at a larger weight decay)"]
@@ -210,11 +269,13 @@ def test_depth_plot_overlays_the_published_curve_and_names_ptb_sample(ptb_budget
     runs = ptb_budget_smoke.child_runs()
     assert {r.data.tags["status"] for r in runs} == {"completed"}  # one trial per cell
     for run in runs:
-        line = lines[("WT" if run.data.params["tied"] == "True" else "untied")
-                     + ", ptb-sample (measured)"]
+        line = lines[
+            ("WT" if run.data.params["tied"] == "True" else "untied") + ", ptb-sample (measured)"
+        ]
         at = list(line.get_xdata()).index(int(run.data.params["depth"]))
         assert line.get_ydata()[at] == pytest.approx(  # the whole text, one stream
-            math.exp(run.data.metrics["full_valid_loss"]))
+            math.exp(run.data.metrics["full_valid_loss"])
+        )
 
 
 def test_hsg_plot_overlays_table_1(ptb_hsg_smoke, tmp_path):
@@ -224,43 +285,71 @@ def test_hsg_plot_overlays_table_1(ptb_hsg_smoke, tmp_path):
     results(ptb_hsg_smoke, "plot", "hsg", "--out", out)
     texts = svg_texts(out)
     assert "w/ HSG, ptb-sample (measured)" in texts and "w/o HSG, PTB (published)" in texts
-    chosen, trials = store.sweep_trials(store.open_experiment("ptb_hsg",
-                                                              ptb_hsg_smoke.tracking_uri))
+    chosen, trials = store.sweep_trials(
+        store.open_experiment("ptb_hsg", ptb_hsg_smoke.tracking_uri)
+    )
     test_ax = plots.depth_curves(chosen, trials, "ptb_hsg").axes[1]
     lines = {line.get_label(): line for line in test_ax.get_lines()}
-    assert list(lines["w/ HSG, PTB (published)"].get_ydata()) == list(
-        published.PTB_HSG["test_hsg"])
+    assert list(lines["w/ HSG, PTB (published)"].get_ydata()) == list(published.PTB_HSG["test_hsg"])
     assert list(lines["w/ HSG, ptb-sample (measured)"].get_xdata()) == [10, 20, 30, 40]
 
 
 def test_curves_show_the_top_k_trials_valid_loss_per_epoch(jsb_smoke, tmp_path):
     from rhnsearch.results import plots, store
 
-    results(jsb_smoke, "plot", "curves", "--experiment", "jsb_optimization", "--top", "3",
-            "--out", tmp_path / "curves.png")
+    results(
+        jsb_smoke,
+        "plot",
+        "curves",
+        "--experiment",
+        "jsb_optimization",
+        "--top",
+        "3",
+        "--out",
+        tmp_path / "curves.png",
+    )
     assert (tmp_path / "curves.png").read_bytes()[:8] == PNG_MAGIC
     exp = store.open_experiment("jsb_optimization", jsb_smoke.tracking_uri)
     chosen, trials = store.sweep_trials(exp)
     lines = plots.curves(chosen, trials, exp, top=3).axes[0].get_lines()
     client = jsb_smoke.client()
-    runs = sorted((r for r in jsb_smoke.child_runs()
-                   if r.data.tags["status"] in ("completed", "stopped")),
-                  key=lambda r: r.data.metrics["best_valid_loss"])[:3]
+    runs = sorted(
+        (r for r in jsb_smoke.child_runs() if r.data.tags["status"] in ("completed", "stopped")),
+        key=lambda r: r.data.metrics["best_valid_loss"],
+    )[:3]
     assert len(lines) == 3
     for line, run in zip(lines, runs):
         assert run.data.tags["trial_id"] in line.get_label()
-        history = sorted(client.get_metric_history(run.info.run_id, "valid_loss"),
-                         key=lambda m: m.step)
+        history = sorted(
+            client.get_metric_history(run.info.run_id, "valid_loss"), key=lambda m: m.step
+        )
         assert list(line.get_ydata()) == pytest.approx([m.value for m in history])
 
 
 def test_plot_errors_are_one_line(jsb_smoke, tmp_path):
-    one_line_error(results(jsb_smoke, "plot", "depth", "--experiment", "jsb_optimization",
-                           "--out", tmp_path / "d.png", check=False), "ptb_budget")
-    one_line_error(results(jsb_smoke, "plot", "swarm", "--out", tmp_path / "s.pdf",
-                           check=False), ".png")
-    one_line_error(results(jsb_smoke, "plot", "swarm", "--metric", "nope", "--out",
-                           tmp_path / "s.png", check=False), "nope", "train_loss")
+    one_line_error(
+        results(
+            jsb_smoke,
+            "plot",
+            "depth",
+            "--experiment",
+            "jsb_optimization",
+            "--out",
+            tmp_path / "d.png",
+            check=False,
+        ),
+        "ptb_budget",
+    )
+    one_line_error(
+        results(jsb_smoke, "plot", "swarm", "--out", tmp_path / "s.pdf", check=False), ".png"
+    )
+    one_line_error(
+        results(
+            jsb_smoke, "plot", "swarm", "--metric", "nope", "--out", tmp_path / "s.png", check=False
+        ),
+        "nope",
+        "train_loss",
+    )
     assert not list(tmp_path.iterdir())
 
 
@@ -269,16 +358,28 @@ def test_ptb_budget_table_puts_measured_next_to_published(ptb_budget_smoke, tmp_
     text = results(ptb_budget_smoke, "table", "--study", "ptb_budget").stdout
     table = md_table(text)
     assert list(table.columns[:9]) == [
-        "depth", "units", "units (paper)", "params", "valid (ptb-sample)",
-        "batched valid: 95% interval", "valid (PTB, paper)", "test (ptb-sample)",
-        "test (PTB, paper)"]
-    assert {"valid WT (ptb-sample)", "batched valid WT: 95% interval", "test WT (PTB, paper)",
-            "status WT"} <= set(table.columns)
+        "depth",
+        "units",
+        "units (paper)",
+        "params",
+        "valid (ptb-sample)",
+        "batched valid: 95% interval",
+        "valid (PTB, paper)",
+        "test (ptb-sample)",
+        "test (PTB, paper)",
+    ]
+    assert {
+        "valid WT (ptb-sample)",
+        "batched valid WT: 95% interval",
+        "test WT (PTB, paper)",
+        "status WT",
+    } <= set(table.columns)
     assert "whole text as one stream" in text and "larger weight decay" in text
     rows = table.set_index("depth")
     assert list(rows.index) == [str(d) for d in range(1, 11)]
-    assert rows.loc["1", "units (paper)"] == "1275" and rows.loc["10", "test WT (PTB, paper)"] \
-        == "66"
+    assert (
+        rows.loc["1", "units (paper)"] == "1275" and rows.loc["10", "test WT (PTB, paper)"] == "66"
+    )
     for run in ptb_budget_smoke.child_runs():  # one trial per (depth, tied) cell
         wt = " WT" if run.data.params["tied"] == "True" else ""
         row = rows.loc[run.data.params["depth"]]
@@ -286,15 +387,18 @@ def test_ptb_budget_table_puts_measured_next_to_published(ptb_budget_smoke, tmp_
         assert run.data.tags["status"] == "completed"  # one trial per cell: ASHA stops none
         assert row[f"batched valid{wt}: 95% interval"] == "– (< 2 trials)"
         assert float(row[f"valid{wt} (ptb-sample)"]) == pytest.approx(
-            math.exp(run.data.metrics["full_valid_loss"]), rel=1e-3)
+            math.exp(run.data.metrics["full_valid_loss"]), rel=1e-3
+        )
         assert float(row[f"test{wt} (ptb-sample)"]) == pytest.approx(
-            math.exp(run.data.metrics["test_loss"]), rel=1e-3)
+            math.exp(run.data.metrics["test_loss"]), rel=1e-3
+        )
         assert row[f"params{wt}"] == run.data.params["n_params"]
         if not wt:
             assert row["units"] == run.data.params["width"]
     for suffix in (".tex", ".csv", ".md"):
-        results(ptb_budget_smoke, "table", "--study", "ptb_budget", "--out",
-                tmp_path / f"t{suffix}")
+        results(
+            ptb_budget_smoke, "table", "--study", "ptb_budget", "--out", tmp_path / f"t{suffix}"
+        )
     csv = pd.read_csv(tmp_path / "t.csv")
     assert list(csv.columns) == list(table.columns) and len(csv) == 10
     assert r"valid (PTB, paper)" in (tmp_path / "t.tex").read_text()
@@ -304,11 +408,17 @@ def test_ptb_budget_table_puts_measured_next_to_published(ptb_budget_smoke, tmp_
 def test_hsg_table_has_table_1_layout(ptb_hsg_smoke):
     table = md_table(results(ptb_hsg_smoke, "table", "--study", "ptb_hsg").stdout)
     assert list(table.columns[2:12]) == [
-        "valid w/ HSG (ptb-sample)", "batched valid w/ HSG: 95% interval",
-        "valid w/ HSG (PTB, paper)", "valid w/o (ptb-sample)",
-        "batched valid w/o: 95% interval", "valid w/o (PTB, paper)",
-        "test w/ HSG (ptb-sample)", "test w/ HSG (PTB, paper)",
-        "test w/o (ptb-sample)", "test w/o (PTB, paper)"]
+        "valid w/ HSG (ptb-sample)",
+        "batched valid w/ HSG: 95% interval",
+        "valid w/ HSG (PTB, paper)",
+        "valid w/o (ptb-sample)",
+        "batched valid w/o: 95% interval",
+        "valid w/o (PTB, paper)",
+        "test w/ HSG (ptb-sample)",
+        "test w/ HSG (PTB, paper)",
+        "test w/o (ptb-sample)",
+        "test w/o (PTB, paper)",
+    ]
     assert list(table["depth"]) == ["10", "20", "30", "40"]
     assert list(table["valid w/ HSG (PTB, paper)"]) == ["67.5", "65.6", "64.8", "64.7"]
     assert table.loc[0, "test w/o (PTB, paper)"] == "65.4"
@@ -317,43 +427,63 @@ def test_hsg_table_has_table_1_layout(ptb_hsg_smoke):
 
 def test_jsb_table_counts_settings_and_divergences(jsb_smoke, jsb_diverging):
     for sweep in (jsb_smoke, jsb_diverging):
-        table = md_table(results(sweep, "table", "--study", "jsb_optimization",
-                                 "--experiment", sweep.experiment).stdout)
+        table = md_table(
+            results(
+                sweep, "table", "--study", "jsb_optimization", "--experiment", sweep.experiment
+            ).stdout
+        )
         runs = sweep.child_runs()
         assert table["settings"].astype(int).sum() == len(runs)
         assert table["diverged"].astype(int).sum() == sum(
-            r.data.tags["status"] == "diverged" for r in runs)
+            r.data.tags["status"] == "diverged" for r in runs
+        )
         for (arch, depth), row in table.set_index(["arch", "depth"]).iterrows():
             code = {"RHN": "rhn", "DT-RNN": "dtrnn", "DT(S)-RNN": "dtsrnn"}[arch]
-            cell = [r for r in runs if r.data.params["arch"] == code
-                    and r.data.params["depth"] == depth]
+            cell = [
+                r for r in runs if r.data.params["arch"] == code and r.data.params["depth"] == depth
+            ]
             assert int(row["settings"]) == len(cell)
-            losses = [r.data.metrics["best_valid_loss"] for r in cell
-                      if r.data.tags["status"] in ("completed", "stopped")]
+            losses = [
+                r.data.metrics["best_valid_loss"]
+                for r in cell
+                if r.data.tags["status"] in ("completed", "stopped")
+            ]
             best = min(losses) if losses else float("nan")  # a cell whose settings all diverged
             median = float(np.median(losses)) if losses else float("nan")
-            assert float(row["best best_valid_loss"]) == pytest.approx(best, rel=1e-3,
-                                                                        nan_ok=True)
-            assert float(row["median best_valid_loss"]) == pytest.approx(median, rel=1e-3,
-                                                                          nan_ok=True)
+            assert float(row["best best_valid_loss"]) == pytest.approx(best, rel=1e-3, nan_ok=True)
+            assert float(row["median best_valid_loss"]) == pytest.approx(
+                median, rel=1e-3, nan_ok=True
+            )
 
 
 def test_table_for_the_wrong_study_is_a_one_line_error(jsb_smoke):
-    one_line_error(results(jsb_smoke, "table", "--study", "ptb_budget", "--experiment",
-                           "jsb_optimization", check=False), "ptb_budget")
+    one_line_error(
+        results(
+            jsb_smoke,
+            "table",
+            "--study",
+            "ptb_budget",
+            "--experiment",
+            "jsb_optimization",
+            check=False,
+        ),
+        "ptb_budget",
+    )
 
 
 # -- the sweep's own plots, and help ---------------------------------------------------------
-def test_finished_sweeps_log_their_plots_on_the_parent_run(jsb_smoke, ptb_budget_smoke,
-                                                           ptb_hsg_smoke):
-    for sweep, plots in ((jsb_smoke, {"swarm.png", "curves.png"}),
-                         (ptb_budget_smoke, {"depth.png", "curves.png"}),
-                         (ptb_hsg_smoke, {"hsg.png", "curves.png"})):
+def test_finished_sweeps_log_their_plots_on_the_parent_run(
+    jsb_smoke, ptb_budget_smoke, ptb_hsg_smoke
+):
+    for sweep, plots in (
+        (jsb_smoke, {"swarm.png", "curves.png"}),
+        (ptb_budget_smoke, {"depth.png", "curves.png"}),
+        (ptb_hsg_smoke, {"hsg.png", "curves.png"}),
+    ):
         client = sweep.client()
         experiment = client.get_experiment_by_name(sweep.experiment)
         (parent,) = client.search_runs([experiment.experiment_id], "tags.kind = 'sweep'")
-        logged = {a.path.split("/")[-1] for a in client.list_artifacts(parent.info.run_id,
-                                                                       "plots")}
+        logged = {a.path.split("/")[-1] for a in client.list_artifacts(parent.info.run_id, "plots")}
         assert logged == plots
         assert "could not log the sweep's plots" not in sweep.stderr
 
@@ -361,9 +491,14 @@ def test_finished_sweeps_log_their_plots_on_the_parent_run(jsb_smoke, ptb_budget
 def test_every_results_command_has_help(capsys):
     from rhnsearch.cli import main
 
-    for args in (["results"], ["results", "export"], ["results", "plot"],
-                 *(["results", "plot", k] for k in ("swarm", "depth", "hsg", "curves")),
-                 ["results", "table"], ["results", "report"]):
+    for args in (
+        ["results"],
+        ["results", "export"],
+        ["results", "plot"],
+        *(["results", "plot", k] for k in ("swarm", "depth", "hsg", "curves")),
+        ["results", "table"],
+        ["results", "report"],
+    ):
         with pytest.raises(SystemExit) as exit_:
             main([*args, "--help"])
         assert exit_.value.code == 0
@@ -377,6 +512,7 @@ def test_bootstrap_intervals_match_hand_computed_ones():
     0.992: the 97.5th percentile is 4. Of [1, 3] and [5, 7], one draw each: the gap is 2, 4 or
     6 with probabilities 1/4, 1/2, 1/4."""
     from rhnsearch.results import uncertainty
+
     assert uncertainty.best_interval([3.0, 1.0, 5.0, 2.0, 4.0]) == (1.0, 4.0)
     assert uncertainty.gap_interval([5.0, 7.0], [1.0, 3.0]) == (2.0, 6.0)
     assert uncertainty.excludes_zero((2.0, 6.0)) == "yes"
@@ -388,11 +524,27 @@ def test_bootstrap_intervals_match_hand_computed_ones():
 
 def test_the_depth_finding_gaps_each_depth_to_the_shallowest_by_hand():
     from rhnsearch.results import tables
+
     rows = [(1, 5.0), (1, 7.0), (4, 1.0), (4, 3.0), (8, 6.0)]
-    trials = pd.DataFrame([{"params.tied": True, "params.depth": d, "status": "completed",
-                            "metrics.best_valid_loss": loss} for d, loss in rows]
-                          + [{"params.tied": True, "params.depth": 8, "status": "diverged",
-                              "metrics.best_valid_loss": np.nan}])
+    trials = pd.DataFrame(
+        [
+            {
+                "params.tied": True,
+                "params.depth": d,
+                "status": "completed",
+                "metrics.best_valid_loss": loss,
+            }
+            for d, loss in rows
+        ]
+        + [
+            {
+                "params.tied": True,
+                "params.depth": 8,
+                "status": "diverged",
+                "metrics.best_valid_loss": np.nan,
+            }
+        ]
+    )
     finding = tables.depth_finding(trials).set_index("depth")
     assert list(finding["trials"]) == [2, 2, 1]  # the diverged trial is not a setting's best
     assert finding.at[4, "best valid perplexity"] == pytest.approx(np.e)
@@ -408,19 +560,32 @@ def test_the_depth_finding_gaps_each_depth_to_the_shallowest_by_hand():
 def noise_study(rng, shift: float) -> pd.DataFrame:
     """The trials of a JSB-like study: 3 archs x depths 1 and 6 x 10 settings, every loss
     drawn from one normal distribution, DT-RNN's at depth 6 moved by SHIFT."""
-    rows = [{"params.arch": arch, "params.depth": depth, "status": "completed",
-             "metrics.best_valid_loss": rng.normal(8.5, 0.3)
-             + (shift if (arch, depth) == ("dtrnn", 6) else 0.0)}
-            for arch in ("rhn", "dtrnn", "dtsrnn") for depth in (1, 6) for _ in range(10)]
+    rows = [
+        {
+            "params.arch": arch,
+            "params.depth": depth,
+            "status": "completed",
+            "metrics.best_valid_loss": rng.normal(8.5, 0.3)
+            + (shift if (arch, depth) == ("dtrnn", 6) else 0.0),
+        }
+        for arch in ("rhn", "dtrnn", "dtsrnn")
+        for depth in (1, 6)
+        for _ in range(10)
+    ]
     return pd.DataFrame(rows).astype({"params.depth": "Int64"})
 
 
 def test_a_pure_noise_study_reports_its_gaps_as_not_significant():
     from rhnsearch.results import tables
+
     rng = np.random.default_rng(7)
     noise = [tables.jsb_finding(noise_study(rng, 0.0)) for _ in range(40)]
-    flagged = [row["gap excludes 0"] == "yes" for f in noise for _, row in f.iterrows()
-               if row["arch"] != "RHN"]
+    flagged = [
+        row["gap excludes 0"] == "yes"
+        for f in noise
+        for _, row in f.iterrows()
+        if row["arch"] != "RHN"
+    ]
     assert len(flagged) == 80 and sum(flagged) <= 4  # at most 5% of the null gaps
     real = [tables.jsb_finding(noise_study(rng, 1.0)) for _ in range(40)]
     found = [f.set_index("arch").at["DT-RNN", "gap excludes 0"] == "yes" for f in real]

@@ -1,6 +1,7 @@
 """The per-cell ASHA scheduler: its rule on real Tune trials fed synthetic results, its state
 file read back by a scheduler unpickled as `Tuner.restore` unpickles it, and real Tuners (and
 a real `Tuner.restore`) on a local Ray with a synthetic learning curve per cell."""
+
 import json
 import os
 import pickle
@@ -13,11 +14,12 @@ from ray import tune
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler
 
-from conftest import ROOT
 from rhnsearch.search import storage
 from rhnsearch.search.scheduler import CellASHAScheduler
 from rhnsearch.search.space import load_space
 from rhnsearch.search.sweep import SCHEDULER_STATE_FILE, build_scheduler
+
+from conftest import ROOT
 
 GO, STOP = CellASHAScheduler.CONTINUE, CellASHAScheduler.STOP
 
@@ -29,8 +31,9 @@ def trial(trial_id: str, arch: str = "rhn", depth: int = 1, tied: bool = False) 
 
 def scheduler(state_file=None, mode="min", **kwargs) -> CellASHAScheduler:
     """rf 3, 9 epochs: rungs at epochs 1 and 3; metric and mode set as Tune sets them."""
-    s = CellASHAScheduler(max_t=9, grace_period=1, reduction_factor=3, state_file=state_file,
-                          **kwargs)
+    s = CellASHAScheduler(
+        max_t=9, grace_period=1, reduction_factor=3, state_file=state_file, **kwargs
+    )
     assert s.set_search_properties("valid_loss", mode)
     return s
 
@@ -47,21 +50,43 @@ def test_a_trial_is_compared_only_with_its_own_cell():
     fast = [trial(f"fast{i}") for i in range(3)]
     slow = [trial(f"slow{i}", "dtrnn", 6) for i in range(2)]
     lone = trial("lone", "rhn", 6, tied=True)
-    results = [(fast[0], 1.0), (fast[1], 1.1), (fast[2], 1.2), (slow[0], 2.0),
-               (slow[1], 2.5), (lone, 5.0)]
+    results = [
+        (fast[0], 1.0),
+        (fast[1], 1.1),
+        (fast[2], 1.2),
+        (slow[0], 2.0),
+        (slow[1], 2.5),
+        (lone, 5.0),
+    ]
     per_cell, everyone = scheduler(), scheduler(per_cell=False)
     assert {t.trial_id: report(per_cell, t, 1, loss) for t, loss in results} == {
-        "fast0": GO, "fast1": STOP, "fast2": STOP, "slow0": GO, "slow1": STOP, "lone": GO}
+        "fast0": GO,
+        "fast1": STOP,
+        "fast2": STOP,
+        "slow0": GO,
+        "slow1": STOP,
+        "lone": GO,
+    }
     assert {t.trial_id: report(everyone, t, 1, loss) for t, loss in results} == {
-        "fast0": GO, "fast1": STOP, "fast2": STOP, "slow0": STOP, "slow1": STOP, "lone": STOP}
+        "fast0": GO,
+        "fast1": STOP,
+        "fast2": STOP,
+        "slow0": STOP,
+        "slow1": STOP,
+        "lone": STOP,
+    }
     assert [report(per_cell, lone, epoch, 5.0) for epoch in range(2, 9)] == [GO] * 7
     assert report(per_cell, lone, 9, 5.0) == STOP  # max_t, as Ray's ASHA
     assert per_cell.debug_string().splitlines() == [
         "Per-cell ASHA: rungs at epochs 1, 3; 3 trials stopped",
-        "  dtrnn depth 6: 2 at 1; 1 stopped", "  rhn depth 1: 3 at 1; 2 stopped",
-        "  rhn depth 6 tied: 1 at 1, 1 at 3; 0 stopped"]
+        "  dtrnn depth 6: 2 at 1; 1 stopped",
+        "  rhn depth 1: 3 at 1; 2 stopped",
+        "  rhn depth 6 tied: 1 at 1, 1 at 3; 0 stopped",
+    ]
     assert everyone.debug_string().splitlines() == [
-        "ASHA: rungs at epochs 1, 3; 5 trials stopped", "  all cells: 6 at 1; 5 stopped"]
+        "ASHA: rungs at epochs 1, 3; 5 trials stopped",
+        "  all cells: 6 at 1; 5 stopped",
+    ]
 
 
 @pytest.mark.parametrize("mode", ["min", "max"])
@@ -72,16 +97,15 @@ def test_stopped_when_worse_than_the_rungs_quantile_of_those_before_it(mode):
     sign = 1 if mode == "min" else -1
     s = scheduler(mode=mode)
     cases = [  # (loss, losses recorded before it, sorted: their 1/3 quantile, decision)
-        (4.0, GO),    # nothing recorded: goes on
-        (1.0, GO),    # [4]: 4
+        (4.0, GO),  # nothing recorded: goes on
+        (1.0, GO),  # [4]: 4
         (3.0, STOP),  # [1, 4]: 1 + 1/3 * 3 = 2
-        (2.0, GO),    # [1, 3, 4]: 1 + 2/3 * 2 = 2.333
+        (2.0, GO),  # [1, 3, 4]: 1 + 2/3 * 2 = 2.333
         (2.1, STOP),  # [1, 2, 3, 4]: 2
-        (1.9, GO),    # [1, 2, 2.1, 3, 4]: 2 + 1/3 * 0.1 = 2.0333
+        (1.9, GO),  # [1, 2, 2.1, 3, 4]: 2 + 1/3 * 0.1 = 2.0333
         (1.98, STOP),  # [1, 1.9, 2, 2.1, 3, 4]: 1.9 + 2/3 * 0.1 = 1.9667
     ]
-    decisions = [report(s, trial(f"t{i}"), 1, sign * loss) for i, (loss, _) in
-                 enumerate(cases)]
+    decisions = [report(s, trial(f"t{i}"), 1, sign * loss) for i, (loss, _) in enumerate(cases)]
     assert decisions == [d for _, d in cases]
     assert s.judge([sign * v for v in (1.0, 2.0, 3.0, 4.0)], sign * 1.99) == GO
     assert s.judge([sign * v for v in (1.0, 2.0, 3.0, 4.0)], sign * 2.01) == STOP
@@ -98,7 +122,7 @@ def test_diverged_results_are_not_recorded_in_the_rungs(tmp_path):
     assert report(s, trial("inf"), 1, float("inf")) == GO
     assert report(s, trial("-inf"), 1, float("-inf")) == GO
     assert s.on_trial_result(None, trial("none"), {"epoch": 1}) == GO
-    assert report(s, trial("b"), 1, 0.9) == GO     # [1.0]: 1.0
+    assert report(s, trial("b"), 1, 0.9) == GO  # [1.0]: 1.0
     assert report(s, trial("c"), 1, 0.95) == STOP  # [0.9, 1.0]: 0.9333 (a NaN would make
     # the quantile NaN and stop nothing; an inf would move it)
     strict = json.loads(saved(state_file), parse_constant=pytest.fail)
@@ -123,21 +147,26 @@ def test_restored_scheduler_reads_the_state_file_and_keeps_every_decision(tmp_pa
     first = scheduler(f"file://{state_file}")
     pickled = pickle.dumps(first)  # as Tune pickles it into tuner.pkl, before any result
     t1, t2, t3 = trial("t1"), trial("t2"), trial("t3")
-    assert [report(first, t, 1, loss) for t, loss in ((t1, 1.0), (t2, 2.0), (t3, 0.5))] == \
-        [GO, STOP, GO]
+    assert [report(first, t, 1, loss) for t, loss in ((t1, 1.0), (t2, 2.0), (t3, 0.5))] == [
+        GO,
+        STOP,
+        GO,
+    ]
     assert [report(first, t1, e, 1 / e) for e in (2, 3)] == [GO, GO]
     assert [report(first, t3, e, 0.8) for e in (2, 3)] == [GO, STOP]
     written = json.loads(saved(state_file))
-    assert written["rungs"] == {"rhn depth 1": {"1": {"t1": 1.0, "t2": 2.0, "t3": 0.5},
-                                              "3": {"t1": 1 / 3, "t3": 0.8}}}
+    assert written["rungs"] == {
+        "rhn depth 1": {"1": {"t1": 1.0, "t2": 2.0, "t3": 0.5}, "3": {"t1": 1 / 3, "t3": 0.8}}
+    }
     assert written["stopped"] == {"t2": 1, "t3": 3}
     assert written["per_cell"] and written["milestones"] == [1, 3]
     assert first.debug_string().splitlines() == [
         "Per-cell ASHA: rungs at epochs 1, 3; 2 trials stopped",
-        "  rhn depth 1: 3 at 1, 2 at 3; 2 stopped"]
+        "  rhn depth 1: 3 at 1, 2 at 3; 2 stopped",
+    ]
 
     restored = pickle.loads(pickled)
-    assert report(restored, t2, 1, 0.1) == STOP     # stopped at 1 before: stopped again
+    assert report(restored, t2, 1, 0.1) == STOP  # stopped at 1 before: stopped again
     assert [report(restored, t3, e, 0.01) for e in (1, 2, 3)] == [GO, GO, STOP]
     assert [report(restored, t1, e, 9.0) for e in (1, 2, 3, 4)] == [GO] * 4
     assert json.loads(saved(state_file)) == written  # re-reports change nothing
@@ -176,6 +205,7 @@ def learning_curve():
     """A trainable (a local function: the workers need not import this file): loss
     1/epoch + q, the slow cell (dtrnn depth 6) 1 higher. The setting whose q is
     config["fail_q"] fails before its first report until the file config["go"] exists."""
+
     def trainable(config):
         cell = config["cell"]
         if cell["q"] == config.get("fail_q") and not os.path.exists(config["go"]):
@@ -184,26 +214,39 @@ def learning_curve():
         for epoch in range(1, EPOCHS + 1):
             time.sleep(0.01)
             tune.report({"epoch": epoch, "valid_loss": offset + 1 / epoch + cell["q"]})
+
     return trainable
 
 
 def tuner(tmp_path, name: str, settings: list, per_cell: bool = True, **config):
     """One trial per setting, in the order given, one at a time (ASHA depends on the order
     results arrive); the scheduler's state where a sweep keeps it."""
-    scheduler = CellASHAScheduler(max_t=EPOCHS, grace_period=1, reduction_factor=3,
-                                  per_cell=per_cell,
-                                  state_file=str(tmp_path / name / SCHEDULER_STATE_FILE))
+    scheduler = CellASHAScheduler(
+        max_t=EPOCHS,
+        grace_period=1,
+        reduction_factor=3,
+        per_cell=per_cell,
+        state_file=str(tmp_path / name / SCHEDULER_STATE_FILE),
+    )
     return tune.Tuner(
-        learning_curve(), param_space={"cell": tune.grid_search(settings), **config},
-        tune_config=tune.TuneConfig(metric="valid_loss", mode="min", max_concurrent_trials=1,
-                                    reuse_actors=True, scheduler=scheduler),
-        run_config=tune.RunConfig(name=name, storage_path=str(tmp_path), verbose=0))
+        learning_curve(),
+        param_space={"cell": tune.grid_search(settings), **config},
+        tune_config=tune.TuneConfig(
+            metric="valid_loss",
+            mode="min",
+            max_concurrent_trials=1,
+            reuse_actors=True,
+            scheduler=scheduler,
+        ),
+        run_config=tune.RunConfig(name=name, storage_path=str(tmp_path), verbose=0),
+    )
 
 
 def outcome(results, tmp_path, name: str) -> tuple[dict, dict]:
     """({(arch, q): last epoch reported}, the scheduler's state file)."""
-    last = {(r.config["cell"]["arch"], r.config["cell"]["q"]): r.metrics.get("epoch")
-            for r in results}
+    last = {
+        (r.config["cell"]["arch"], r.config["cell"]["q"]): r.metrics.get("epoch") for r in results
+    }
     return last, json.loads(saved(tmp_path / name / SCHEDULER_STATE_FILE))
 
 
@@ -215,16 +258,19 @@ def test_tuner_cell_asha_stops_only_the_losers_within_each_cell(local_ray, tmp_p
     assert not results.errors
     per_cell, state = outcome(results, tmp_path, "cell")
     within = {0.0: EPOCHS, 0.5: 1, 0.1: 3}
-    assert per_cell == {(arch, q): epoch for arch in ("rhn", "dtrnn")
-                        for q, epoch in within.items()}
+    assert per_cell == {
+        (arch, q): epoch for arch in ("rhn", "dtrnn") for q, epoch in within.items()
+    }
     assert sorted(state["stopped"].values()) == [1, 1, 3, 3]
     assert set(state["rungs"]) == {"rhn depth 1", "dtrnn depth 6"}
 
     results = tuner(tmp_path, "global", FAST + SLOW, per_cell=False).fit()
     assert not results.errors
     everyone, state = outcome(results, tmp_path, "global")
-    assert everyone == {**{("rhn", q): epoch for q, epoch in within.items()},
-                        **{("dtrnn", q): 1 for q in within}}
+    assert everyone == {
+        **{("rhn", q): epoch for q, epoch in within.items()},
+        **{("dtrnn", q): 1 for q in within},
+    }
     assert sorted(state["stopped"].values()) == [1, 1, 1, 1, 3]
 
 
@@ -240,13 +286,13 @@ def test_tuner_restore_judges_on_the_rungs_of_the_first_run(local_ray, tmp_path)
     assert len(first.errors) == 1
     last, state = outcome(first, tmp_path, "resumed")
     assert last == {("rhn", 0.0): EPOCHS, ("rhn", 0.5): 1, ("rhn", 0.1): None}
-    best, worst = (next(r.metrics["trial_id"] for r in first if r.config["cell"]["q"] == q)
-                   for q in (0.0, 0.5))
+    best, worst = (
+        next(r.metrics["trial_id"] for r in first if r.config["cell"]["q"] == q) for q in (0.0, 0.5)
+    )
     assert state["stopped"] == {worst: 1}
 
     go.touch()
-    restored = tune.Tuner.restore(str(tmp_path / "resumed"), learning_curve(),
-                                  restart_errored=True)
+    restored = tune.Tuner.restore(str(tmp_path / "resumed"), learning_curve(), restart_errored=True)
     results = restored.fit()
     assert not results.errors
     last, state = outcome(results, tmp_path, "resumed")

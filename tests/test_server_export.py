@@ -2,6 +2,7 @@
 database itself) gives the same rows as from a sqlite store of the same runs: the runs logged
 the same way into both, with log_batch, including a run logged by plain MLflow code, a history
 longer than one bulk call returns, and NaN and +-inf values."""
+
 import math
 import time
 
@@ -10,8 +11,9 @@ import pytest
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
-from conftest import rhnsearch_main
 from rhnsearch.results import histories, snapshot, store
+
+from conftest import rhnsearch_main
 
 EXPERIMENT = "server_export"
 KEYS = ["train_loss", "valid_loss", "best_valid_loss"]
@@ -27,34 +29,53 @@ def log_runs(uri: str):
     parent_id, t0 = parent.info.run_id, 1_700_000_000_000
 
     def child(name: str, trial_id: str, metrics: list, **tags):
-        run = client.create_run(exp, run_name=name, tags={
-            "mlflow.parentRunId": parent_id, "kind": "trial", "sweep": "s",
-            "trial_id": trial_id, **tags})
+        run = client.create_run(
+            exp,
+            run_name=name,
+            tags={
+                "mlflow.parentRunId": parent_id,
+                "kind": "trial",
+                "sweep": "s",
+                "trial_id": trial_id,
+                **tags,
+            },
+        )
         for i in range(0, len(metrics), 1000):  # log_batch takes 1,000 metrics a call
-            client.log_batch(run.info.run_id, metrics=metrics[i:i + 1000],
-                             params=[] if i else [Param("arch", "rhn"), Param("depth", "2")],
-                             tags=[RunTag("status", "completed")])
+            client.log_batch(
+                run.info.run_id,
+                metrics=metrics[i : i + 1000],
+                params=[] if i else [Param("arch", "rhn"), Param("depth", "2")],
+                tags=[RunTag("status", "completed")],
+            )
         client.set_terminated(run.info.run_id)
 
     for n in range(30):
-        values = {"train_loss": [1.0 / (n + e) for e in range(1, 5)],
-                  "valid_loss": [2.0 + n, math.nan if n % 7 == 3 else 1.5, math.inf, -math.inf]
-                  if n % 5 == 0 else [2.0, 1.9, 1.8, math.nan if n % 3 else 1.7],
-                  "best_valid_loss": [2.0, 1.9, 1.8, 1.7]}
-        metrics = [Metric(k, v[e - 1], t0 + 10 * e, e) for k, v in values.items()
-                   for e in range(1, 5)] + [Metric("epoch", float(e), t0 + 10 * e, e)
-                                            for e in range(1, 5)]
+        values = {
+            "train_loss": [1.0 / (n + e) for e in range(1, 5)],
+            "valid_loss": [2.0 + n, math.nan if n % 7 == 3 else 1.5, math.inf, -math.inf]
+            if n % 5 == 0
+            else [2.0, 1.9, 1.8, math.nan if n % 3 else 1.7],
+            "best_valid_loss": [2.0, 1.9, 1.8, 1.7],
+        }
+        metrics = [
+            Metric(k, v[e - 1], t0 + 10 * e, e) for k, v in values.items() for e in range(1, 5)
+        ] + [Metric("epoch", float(e), t0 + 10 * e, e) for e in range(1, 5)]
         metrics.append(Metric("valid_loss", 0.5, t0 + 100, 2))  # epoch 2 logged again, later
         metrics.append(Metric("test_loss", 3.0 + n, t0 + 40, 4))
         child(f"trial-{n:02d}", f"{n:05d}", metrics)
     steps = histories.BULK_MAX_RESULTS + 100
-    child("long", "long", [Metric("train_loss", 1.0 / s, t0 + s, s) for s in range(1, steps + 1)]
-          + [Metric("valid_loss", 2.0, t0 + steps, steps)])
+    child(
+        "long",
+        "long",
+        [Metric("train_loss", 1.0 / s, t0 + s, s) for s in range(1, steps + 1)]
+        + [Metric("valid_loss", 2.0, t0 + steps, steps)],
+    )
     run = client.create_run(exp, run_name="plain-mlflow", tags={"mlflow.parentRunId": parent_id})
     client.log_metric(run.info.run_id, "accuracy", 0.3, timestamp=t0, step=0)
     for step in range(1, 6):
-        client.log_metric(run.info.run_id, "accuracy", 0.5 + step / 10, timestamp=t0 + step,
-                          step=step)
+        client.log_metric(
+            run.info.run_id, "accuracy", 0.5 + step / 10, timestamp=t0 + step, step=step
+        )
     client.log_metric(run.info.run_id, "accuracy", 0.99, timestamp=t0 + 50, step=3)
     client.log_metric(run.info.run_id, "loss", math.inf, timestamp=t0 + 60, step=5)
     client.set_terminated(parent_id)
@@ -72,8 +93,18 @@ def stores(mlflow_pg_server, postgres_uri, tmp_path_factory):  # noqa: F811
 def exported(uri: str, tmp_path, name: str) -> pd.DataFrame:
     out = tmp_path / f"{name}.parquet"
     start = time.perf_counter()
-    rhnsearch_main("results", "export", "--experiment", EXPERIMENT, "--history", "--out", out,
-                   "--tracking-uri", uri, cwd=tmp_path)
+    rhnsearch_main(
+        "results",
+        "export",
+        "--experiment",
+        EXPERIMENT,
+        "--history",
+        "--out",
+        out,
+        "--tracking-uri",
+        uri,
+        cwd=tmp_path,
+    )
     print(f"{name}: export --history in {time.perf_counter() - start:.2f}s")
     frame = pd.read_parquet(out)
     return frame.drop(columns=["run_id", "parent_run_id", "start_time", "end_time"])
@@ -91,8 +122,9 @@ def test_server_export_equals_sqlite_export(stores, tmp_path):
     assert plain["metrics.loss"].iloc[-1] == math.inf
     trial = expected[expected["trial_id"] == "00000"]
     assert trial["metrics.valid_loss"].tolist() == [2.0, 0.5, math.inf, -math.inf]
-    assert expected[expected["trial_id"] == "00001"]["metrics.valid_loss"].isna().tolist() \
-        == [False] * 3 + [True]
+    assert expected[expected["trial_id"] == "00001"]["metrics.valid_loss"].isna().tolist() == [
+        False
+    ] * 3 + [True]
     for name in ("server", "postgresql"):
         pd.testing.assert_frame_equal(exported(stores[name], tmp_path, name), expected)
 
@@ -100,11 +132,17 @@ def test_server_export_equals_sqlite_export(stores, tmp_path):
 def test_history_longer_than_a_bulk_call_is_read_whole(stores):
     """The server samples a history longer than BULK_MAX_RESULTS: such a run is read again."""
     client = MlflowClient(stores["server"])
-    run = client.search_runs([client.get_experiment_by_name(EXPERIMENT).experiment_id],
-                             "tags.trial_id = 'long'")[0]
+    run = client.search_runs(
+        [client.get_experiment_by_name(EXPERIMENT).experiment_id], "tags.trial_id = 'long'"
+    )[0]
     request = histories._server_request(stores["server"])  # the bulk call is there, and samples
-    answer = request({"run_ids": [run.info.run_id], "metric_key": "train_loss",
-                      "max_results": histories.BULK_MAX_RESULTS})
+    answer = request(
+        {
+            "run_ids": [run.info.run_id],
+            "metric_key": "train_loss",
+            "max_results": histories.BULK_MAX_RESULTS,
+        }
+    )
     assert len(answer["metrics"]) == histories.BULK_MAX_RESULTS
     long = histories.read(stores["server"], client, [run.info.run_id], ["train_loss"])
     assert long["step"].tolist() == list(range(1, histories.BULK_MAX_RESULTS + 101))
@@ -120,15 +158,23 @@ def test_a_sweeps_history_table_is_read_while_it_is_current(stores, tmp_path):
     long = histories.read(stores["server"], client, ids, KEYS + ["test_loss", "accuracy", "loss"])
     snapshot.log_histories(client, runs["parent_run_id"].iloc[0], long)
     assert set(snapshot.current_rows(client, runs, store.unclipped)["run_id"]) == set(ids)
-    pd.testing.assert_frame_equal(exported(stores["server"], tmp_path, "table"),
-                                  exported(stores["sqlite"], tmp_path, "sqlite"))
+    pd.testing.assert_frame_equal(
+        exported(stores["server"], tmp_path, "table"),
+        exported(stores["sqlite"], tmp_path, "sqlite"),
+    )
 
     later = runs[runs["trial_id"] == "00002"]["run_id"].item()
     for uri in (stores["server"], stores["sqlite"]):  # an epoch more on one trial, both stores
-        run_id = later if uri == stores["server"] else store.trials(
-            store.open_experiment(EXPERIMENT, uri)).set_index("trial_id").loc["00002", "run_id"]
-        MlflowClient(uri).log_metric(run_id, "valid_loss", 0.25, timestamp=1_800_000_000_000,
-                                     step=5)
+        run_id = (
+            later
+            if uri == stores["server"]
+            else store.trials(store.open_experiment(EXPERIMENT, uri))
+            .set_index("trial_id")
+            .loc["00002", "run_id"]
+        )
+        MlflowClient(uri).log_metric(
+            run_id, "valid_loss", 0.25, timestamp=1_800_000_000_000, step=5
+        )
     current = snapshot.current_rows(client, store.trials(exp), store.unclipped)
     assert set(current["run_id"]) == set(ids) - {later}
     server = exported(stores["server"], tmp_path, "table-after")

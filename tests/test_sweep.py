@@ -1,5 +1,6 @@
 """Sweeps end to end on a real local Ray, a real MLflow store and server, a real two-node
 Ray cluster, and a driver killed mid-sweep."""
+
 import hashlib
 import json
 import math
@@ -16,16 +17,40 @@ import pytest
 from mlflow.tracking import MlflowClient
 from ray.tune.experiment import Trial
 
-from conftest import (JSB_SPACE, ROOT, free_port, json_summary, ray_cluster, rhnsearch_cli,
-                      rhnsearch_main, wait_until)
-import lab_services
 from rhnsearch.search import jobs
 from rhnsearch.search.scheduler import CellASHAScheduler
 from rhnsearch.search.searchers import load_study
 
+import lab_services
+from conftest import (
+    JSB_SPACE,
+    ROOT,
+    free_port,
+    json_summary,
+    ray_cluster,
+    rhnsearch_cli,
+    rhnsearch_main,
+    wait_until,
+)
+
 STATUSES = {"completed", "stopped", "diverged", "failed"}
-PARAMS = {"arch", "depth", "width", "n_params", "lr", "momentum", "init_scale", "t_bias",
-          "clip", "seed", "preset", "dataset", "epochs", "batch_size", "optimizer"}
+PARAMS = {
+    "arch",
+    "depth",
+    "width",
+    "n_params",
+    "lr",
+    "momentum",
+    "init_scale",
+    "t_bias",
+    "clip",
+    "seed",
+    "preset",
+    "dataset",
+    "epochs",
+    "batch_size",
+    "optimizer",
+}
 
 
 def check_child_runs(client: MlflowClient, runs, expected: int):
@@ -65,8 +90,9 @@ def test_smoke_sweep_records_every_trial_in_mlflow(jsb_smoke):
     experiment = client.get_experiment_by_name("jsb_optimization")
     (parent,) = client.search_runs([experiment.experiment_id], "tags.kind = 'sweep'")
     assert parent.info.status == "FINISHED" and parent.data.tags["sweep"] == "smoke-jsb"
-    runs = client.search_runs([experiment.experiment_id],
-                              f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+    runs = client.search_runs(
+        [experiment.experiment_id], f"tags.mlflow.parentRunId = '{parent.info.run_id}'"
+    )
     cells = {(r.data.params["arch"], r.data.params["depth"]) for r in runs}
     assert cells == {(a, d) for a in ("rhn", "dtrnn", "dtsrnn") for d in ("1", "2", "4", "6")}
     check_child_runs(client, runs, 24)
@@ -78,17 +104,22 @@ def test_smoke_sweep_records_every_trial_in_mlflow(jsb_smoke):
     best = summary["best"]
     assert parent.data.tags["best_run_id"] == best["run_id"]
     assert best["best_valid_loss"] == min(
-        r.data.metrics["best_valid_loss"] for r in runs if r.data.tags["status"] in
-        ("completed", "stopped"))
+        r.data.metrics["best_valid_loss"]
+        for r in runs
+        if r.data.tags["status"] in ("completed", "stopped")
+    )
     for run in [parent, *runs]:
         check_dataset_input(client.get_run(run.info.run_id), jsb_smoke.data_dir)
     kept = client.search_logged_models(  # the first: test_analysis.py may log more
-        [experiment.experiment_id], f"source_run_id = '{best['run_id']}'",
-        order_by=[{"field_name": "creation_timestamp", "ascending": True}])[0]
+        [experiment.experiment_id],
+        f"source_run_id = '{best['run_id']}'",
+        order_by=[{"field_name": "creation_timestamp", "ascending": True}],
+    )[0]
     assert kept.name == "model" and kept.status == "READY"  # test_analysis.py loads it
     (line,) = [x for x in jsb_smoke.stderr.splitlines() if x.startswith("sweep smoke-jsb:")]
-    assert (f"24 trials: {summary['completed']} completed, {summary['stopped']} stopped "
-            "early") in line
+    assert (
+        f"24 trials: {summary['completed']} completed, {summary['stopped']} stopped early"
+    ) in line
 
 
 def test_same_space_and_seed_gives_the_same_trials(jsb_smoke, tmp_path, data_dir):
@@ -98,8 +129,19 @@ def test_same_space_and_seed_gives_the_same_trials(jsb_smoke, tmp_path, data_dir
     to arrive. With --deterministic (the rerun here) one trial runs at a time, so trials
     arrive in the searcher's order: its stops are those of the scheduler fed the curves
     trial by trial in that order."""
-    rhnsearch_cli("sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir", data_dir,
-                  "--name", "again", "--deterministic", cwd=tmp_path)
+    rhnsearch_cli(
+        "sweep",
+        "run",
+        JSB_SPACE,
+        "--preset",
+        "smoke",
+        "--data-dir",
+        data_dir,
+        "--name",
+        "again",
+        "--deterministic",
+        cwd=tmp_path,
+    )
     again = MlflowClient(f"sqlite:///{tmp_path / 'results/mlflow.db'}")
     exp = again.get_experiment_by_name("jsb_optimization")
 
@@ -122,15 +164,25 @@ def test_same_space_and_seed_gives_the_same_trials(jsb_smoke, tmp_path, data_dir
     expected = {}
     for run in sorted(rerun.values(), key=lambda r: r.data.tags["trial_id"]):  # Tune's order
         p = run.data.params
-        trial = Trial("run_trial", trial_id=run.data.tags["trial_id"], stub=True, config={
-            "cell": {"arch": p["arch"], "depth": int(p["depth"]), "tied": False}})
+        trial = Trial(
+            "run_trial",
+            trial_id=run.data.tags["trial_id"],
+            stub=True,
+            config={"cell": {"arch": p["arch"], "depth": int(p["depth"]), "tied": False}},
+        )
         for epoch, loss in enumerate(curve(again, run), 1):
-            if replay.on_trial_result(None, trial, {"epoch": epoch, "valid_loss": loss}) == \
-                    CellASHAScheduler.STOP and epoch < 9:
+            if (
+                replay.on_trial_result(None, trial, {"epoch": epoch, "valid_loss": loss})
+                == CellASHAScheduler.STOP
+                and epoch < 9
+            ):
                 expected[trial.trial_id] = epoch
                 break
-    stopped = {r.data.tags["trial_id"]: int(r.data.tags["stopped_at_epoch"])
-               for r in rerun.values() if r.data.tags["status"] == "stopped"}
+    stopped = {
+        r.data.tags["trial_id"]: int(r.data.tags["stopped_at_epoch"])
+        for r in rerun.values()
+        if r.data.tags["status"] == "stopped"
+    }
     assert stopped == expected and stopped
 
 
@@ -139,10 +191,26 @@ def mlflow_server(tmp_path):
     """A real `mlflow server` on 127.0.0.1."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-         "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
-         "--artifacts-destination", str(tmp_path / "artifacts"), "--workers", "1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--backend-store-uri",
+            f"sqlite:///{tmp_path / 'server.db'}",
+            "--artifacts-destination",
+            str(tmp_path / "artifacts"),
+            "--workers",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     uri = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -160,9 +228,24 @@ def mlflow_server(tmp_path):
 
 
 def test_sweep_through_a_real_mlflow_server(mlflow_server, tmp_path, data_dir):
-    rhnsearch_cli("sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir", data_dir,
-                  "--tracking-uri", mlflow_server, "--set", "archs=[rhn,dtrnn]",
-                  "--set", "depths=[1,4]", "--name", "via-server", cwd=tmp_path)
+    rhnsearch_cli(
+        "sweep",
+        "run",
+        JSB_SPACE,
+        "--preset",
+        "smoke",
+        "--data-dir",
+        data_dir,
+        "--tracking-uri",
+        mlflow_server,
+        "--set",
+        "archs=[rhn,dtrnn]",
+        "--set",
+        "depths=[1,4]",
+        "--name",
+        "via-server",
+        cwd=tmp_path,
+    )
     client = MlflowClient(mlflow_server)
     exp = client.get_experiment_by_name("jsb_optimization")
     runs = client.search_runs([exp.experiment_id], "tags.kind = 'trial'")
@@ -177,8 +260,9 @@ def test_driver_killed_then_resume_finishes_without_rerunning(tmp_path, data_dir
     name = "killed"
     # Tune's own save period: at every step, its save rewrites the file that the previous
     # step's upload may still be copying, and a kill then can leave it empty in the storage
-    sweep = sweeps(tmp_path, name, data_dir, "--set", "depths=[1,2]",
-                   env={"TUNE_GLOBAL_CHECKPOINT_S": "auto"})
+    sweep = sweeps(
+        tmp_path, name, data_dir, "--set", "depths=[1,2]", env={"TUNE_GLOBAL_CHECKPOINT_S": "auto"}
+    )
     uri = f"sqlite:///{tmp_path / 'results/mlflow.db'}"
     scheduler_state = tmp_path / "results" / "sweeps" / name / "scheduler" / "state.json"
     finished = {}
@@ -189,22 +273,27 @@ def test_driver_killed_then_resume_finishes_without_rerunning(tmp_path, data_dir
             client = MlflowClient(uri)
             exp = client.get_experiment_by_name("jsb_optimization")
             # ended: its status tag and its end (two requests, the tag first) both sent
-            finished = {r.data.tags["trial_id"]: r for r in client.search_runs(
-                [exp.experiment_id], "tags.kind = 'trial'")
-                if r.data.tags["status"] in ("completed", "stopped")
-                and r.info.end_time is not None}
+            finished = {
+                r.data.tags["trial_id"]: r
+                for r in client.search_runs([exp.experiment_id], "tags.kind = 'trial'")
+                if r.data.tags["status"] in ("completed", "stopped") and r.info.end_time is not None
+            }
         except Exception:  # noqa: BLE001 - the store is being made
             return False
-        stopped = json.loads(scheduler_state.read_text())["stopped"] \
-            if scheduler_state.exists() else {}
+        stopped = (
+            json.loads(scheduler_state.read_text())["stopped"] if scheduler_state.exists() else {}
+        )
         return len(finished) >= 3 and any(t in finished for t in stopped)
+
     wait_until(some_trials_ended, "3 trials ended, one of them stopped by ASHA", 300)
     sweep.stop()
     stopped = json.loads(scheduler_state.read_text())["stopped"]
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("jsb_optimization")
-    before = {t: (r.info.run_id, len(client.get_metric_history(r.info.run_id, "valid_loss")))
-              for t, r in finished.items()}
+    before = {
+        t: (r.info.run_id, len(client.get_metric_history(r.info.run_id, "valid_loss")))
+        for t, r in finished.items()
+    }
     (parent,) = client.search_runs([exp.experiment_id], "tags.kind = 'sweep'")
     assert parent.info.status == "RUNNING"
     ended = client.search_runs([exp.experiment_id], "tags.status != 'running'")
@@ -221,8 +310,10 @@ def test_driver_killed_then_resume_finishes_without_rerunning(tmp_path, data_dir
             assert run.data.tags["status"] == "stopped"
             assert int(run.data.tags["stopped_at_epoch"]) == stopped[trial]
         if trial in before:  # finished before the kill: same run, history untouched
-            assert (run.info.run_id, len(client.get_metric_history(
-                run.info.run_id, "valid_loss"))) == before[trial]
+            assert (
+                run.info.run_id,
+                len(client.get_metric_history(run.info.run_id, "valid_loss")),
+            ) == before[trial]
             assert run.info.end_time == finished[trial].info.end_time
     (parent_after,) = client.search_runs([exp.experiment_id], "tags.kind = 'sweep'")
     assert parent_after.info.run_id == parent.info.run_id
@@ -236,48 +327,112 @@ def test_submit_to_a_two_node_cluster_behind_a_login(tmp_path, data_dir):
     state."""
     password = secrets.token_hex(12)
     login = {"MLFLOW_TRACKING_USERNAME": "admin", "MLFLOW_TRACKING_PASSWORD": password}
-    server_env = {"MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(8),
-                  "MLFLOW_AUTH_ADMIN_USERNAME": "admin", "MLFLOW_AUTH_ADMIN_PASSWORD": password}
+    server_env = {
+        "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(8),
+        "MLFLOW_AUTH_ADMIN_USERNAME": "admin",
+        "MLFLOW_AUTH_ADMIN_PASSWORD": password,
+    }
     storage = tmp_path / "storage"
-    with lab_services.mlflow_server(f"sqlite:///{tmp_path / 'server.db'}", tmp_path,
-                                    env=server_env, login=True) as uri, \
-            ray_cluster() as cluster:
+    with (
+        lab_services.mlflow_server(
+            f"sqlite:///{tmp_path / 'server.db'}", tmp_path, env=server_env, login=True
+        ) as uri,
+        ray_cluster() as cluster,
+    ):
         cluster.env.update(login)
         cluster.head().worker()
         env, dashboard = cluster.env, cluster.dashboard
-        proc = rhnsearch_cli("sweep", "submit", "spaces/jsb_optimization.yaml", "--preset",
-                             "smoke", "--address", dashboard, "--data-dir", data_dir,
-                             "--tracking-uri", uri, "--storage-path", storage, "--set",
-                             "archs=[rhn]", "--set", "depths=[1,2]", "--name", "on-cluster",
-                             "--follow", cwd=ROOT, timeout=900, env=env)
+        proc = rhnsearch_cli(
+            "sweep",
+            "submit",
+            "spaces/jsb_optimization.yaml",
+            "--preset",
+            "smoke",
+            "--address",
+            dashboard,
+            "--data-dir",
+            data_dir,
+            "--tracking-uri",
+            uri,
+            "--storage-path",
+            storage,
+            "--set",
+            "archs=[rhn]",
+            "--set",
+            "depths=[1,2]",
+            "--name",
+            "on-cluster",
+            "--follow",
+            cwd=ROOT,
+            timeout=900,
+            env=env,
+        )
         job_id = proc.stdout.strip().splitlines()[0]
         assert job_id == "rhnsearch-on-cluster"
-        status = rhnsearch_cli("sweep", "status", job_id, "--address", dashboard, cwd=ROOT,
-                               env=env)
+        status = rhnsearch_cli("sweep", "status", job_id, "--address", dashboard, cwd=ROOT, env=env)
         assert "SUCCEEDED" in status.stdout
-        logs = rhnsearch_cli("sweep", "logs", job_id, "--address", dashboard, cwd=ROOT,
-                             env=env).stdout
+        logs = rhnsearch_cli(
+            "sweep", "logs", job_id, "--address", dashboard, cwd=ROOT, env=env
+        ).stdout
         assert "sweep on-cluster: 4 trials" in logs
         stored = subprocess.run(  # the job's runtime env as the cluster keeps it
-            [sys.executable, "-c", "import json, sys; from ray.job_submission import "
-             "JobSubmissionClient as C; print(json.dumps(C(sys.argv[1]).get_job_info("
-             "sys.argv[2]).runtime_env))", dashboard, job_id], capture_output=True, text=True,
-            timeout=120, env={**os.environ, **env}, check=True).stdout
+            [
+                sys.executable,
+                "-c",
+                "import json, sys; from ray.job_submission import "
+                "JobSubmissionClient as C; print(json.dumps(C(sys.argv[1]).get_job_info("
+                "sys.argv[2]).runtime_env))",
+                dashboard,
+                job_id,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, **env},
+            check=True,
+        ).stdout
         assert "working_dir" in stored
         # A job whose driver has a wrong password: refused in one line before its Tune starts
-        wrong = {**jobs.runtime_env(), "env_vars": {"MLFLOW_TRACKING_PASSWORD":
-                                                    secrets.token_hex(12)}}
-        subprocess.run([str(Path(sys.executable).with_name("ray")), "job", "submit",
-                        "--address", dashboard, "--submission-id", "rhnsearch-refused",
-                        "--runtime-env-json", json.dumps(wrong), "--", *shlex.split(
-                            jobs.entrypoint("spaces/jsb_optimization.yaml", "refused", uri,
-                                            str(storage), {"preset": "smoke",
-                                                           "data_dir": data_dir}))],
-                       cwd=ROOT, env={**os.environ, **env}, capture_output=True, timeout=300)
-        assert "FAILED" in rhnsearch_cli("sweep", "status", "rhnsearch-refused", "--address",
-                                         dashboard, cwd=ROOT, env=env).stdout
-        refused = rhnsearch_cli("sweep", "logs", "rhnsearch-refused", "--address", dashboard,
-                                cwd=ROOT, env=env).stdout
+        wrong = {
+            **jobs.runtime_env(),
+            "env_vars": {"MLFLOW_TRACKING_PASSWORD": secrets.token_hex(12)},
+        }
+        subprocess.run(
+            [
+                str(Path(sys.executable).with_name("ray")),
+                "job",
+                "submit",
+                "--address",
+                dashboard,
+                "--submission-id",
+                "rhnsearch-refused",
+                "--runtime-env-json",
+                json.dumps(wrong),
+                "--",
+                *shlex.split(
+                    jobs.entrypoint(
+                        "spaces/jsb_optimization.yaml",
+                        "refused",
+                        uri,
+                        str(storage),
+                        {"preset": "smoke", "data_dir": data_dir},
+                    )
+                ),
+            ],
+            cwd=ROOT,
+            env={**os.environ, **env},
+            capture_output=True,
+            timeout=300,
+        )
+        assert (
+            "FAILED"
+            in rhnsearch_cli(
+                "sweep", "status", "rhnsearch-refused", "--address", dashboard, cwd=ROOT, env=env
+            ).stdout
+        )
+        refused = rhnsearch_cli(
+            "sweep", "logs", "rhnsearch-refused", "--address", dashboard, cwd=ROOT, env=env
+        ).stdout
         errors = [line for line in refused.splitlines() if "error" in line.lower()]
         assert len(errors) == 1 and "refused the login of user 'admin'" in errors[0], refused
         assert "Traceback" not in refused and not (storage / "refused").exists()
@@ -293,8 +448,13 @@ def test_submit_to_a_two_node_cluster_behind_a_login(tmp_path, data_dir):
     state = json.loads((storage / "on-cluster" / "rhnsearch_sweep.json").read_text())
     assert state["storage"] == str(storage)
     assert state["data_dir"] == str(Path(data_dir).resolve())  # resolved on the cluster
-    written = [proc.stdout, proc.stderr, logs, stored,
-               json.dumps([[r.data.tags, r.data.params] for r in runs])]
+    written = [
+        proc.stdout,
+        proc.stderr,
+        logs,
+        stored,
+        json.dumps([[r.data.tags, r.data.params] for r in runs]),
+    ]
     written += [p.read_bytes().decode("latin-1") for p in storage.rglob("*") if p.is_file()]
     assert not [text[:200] for text in written if password in text]
 
@@ -316,47 +476,92 @@ def test_bad_space_is_one_line_before_ray_starts(case, tmp_path, data_dir):
     kept = [ln for ln in base.splitlines() if not ln.startswith(f"{key}:")]
     space = tmp_path / "bad.yaml"
     space.write_text("\n".join(kept) + "\n" + line + "\n")
-    proc = rhnsearch_main("sweep", "run", space, "--data-dir", data_dir, cwd=tmp_path,
-                          check=False)
+    proc = rhnsearch_main("sweep", "run", space, "--data-dir", data_dir, cwd=tmp_path, check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and expected in proc.stderr, proc.stderr
     assert not (tmp_path / "results").exists()
 
 
-@pytest.mark.parametrize("flag,value,expected", [
-    ("--address", "127.0.0.1:9", "Ray at 127.0.0.1:9 is not reachable"),
-    ("--tracking-uri", "http://127.0.0.1:9", "MLflow tracking store http://127.0.0.1:9 is not "
-                                             "reachable"),
-])
+@pytest.mark.parametrize(
+    "flag,value,expected",
+    [
+        ("--address", "127.0.0.1:9", "Ray at 127.0.0.1:9 is not reachable"),
+        (
+            "--tracking-uri",
+            "http://127.0.0.1:9",
+            "MLflow tracking store http://127.0.0.1:9 is not reachable",
+        ),
+    ],
+)
 def test_unreachable_addresses_are_one_line(flag, value, expected, tmp_path, data_dir):
-    proc = rhnsearch_main("sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir",
-                          data_dir, flag, value, cwd=tmp_path, check=False)
+    proc = rhnsearch_main(
+        "sweep",
+        "run",
+        JSB_SPACE,
+        "--preset",
+        "smoke",
+        "--data-dir",
+        data_dir,
+        flag,
+        value,
+        cwd=tmp_path,
+        check=False,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and expected in proc.stderr, proc.stderr
     assert not (tmp_path / "results" / "sweeps").exists()
 
 
 def test_submit_to_unreachable_dashboard_is_one_line(tmp_path):
-    proc = rhnsearch_cli("sweep", "submit", JSB_SPACE, "--preset", "smoke", "--address",
-                         "http://127.0.0.1:9", "--tracking-uri", "http://127.0.0.1:9",
-                         "--storage-path", tmp_path, cwd=ROOT, check=False, timeout=120)
+    proc = rhnsearch_cli(
+        "sweep",
+        "submit",
+        JSB_SPACE,
+        "--preset",
+        "smoke",
+        "--address",
+        "http://127.0.0.1:9",
+        "--tracking-uri",
+        "http://127.0.0.1:9",
+        "--storage-path",
+        tmp_path,
+        cwd=ROOT,
+        check=False,
+        timeout=120,
+    )
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
     assert "not reachable" in proc.stderr
 
 
-@pytest.mark.parametrize("args,expected", [
-    ([], "its MLflow store must be a server: pass --tracking-uri"),
-    (["--tracking-uri", "sqlite:///results/mlflow.db"], "must be a server"),
-    (["--tracking-uri", "http://127.0.0.1:9"], "pass --storage-path"),
-    (["--tracking-uri", "http://127.0.0.1:9", "--storage-path", "results/sweeps"],
-     "an absolute path of a shared directory"),
-])
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        ([], "its MLflow store must be a server: pass --tracking-uri"),
+        (["--tracking-uri", "sqlite:///results/mlflow.db"], "must be a server"),
+        (["--tracking-uri", "http://127.0.0.1:9"], "pass --storage-path"),
+        (
+            ["--tracking-uri", "http://127.0.0.1:9", "--storage-path", "results/sweeps"],
+            "an absolute path of a shared directory",
+        ),
+    ],
+)
 def test_submit_without_a_server_or_storage_is_refused_in_one_line(args, expected, tmp_path):
     """A job's working directory is temporary: its results must go to a server and storage
     that outlive it. Refused before any cluster is contacted (the address is unreachable)."""
     env = {"MLFLOW_TRACKING_URI": "", "RHNSEARCH_STORAGE": ""}
-    proc = rhnsearch_main("sweep", "submit", JSB_SPACE, "--preset", "smoke", "--address",
-                          "http://127.0.0.1:9", *args, cwd=ROOT, check=False, env=env)
+    proc = rhnsearch_main(
+        "sweep",
+        "submit",
+        JSB_SPACE,
+        "--preset",
+        "smoke",
+        "--address",
+        "http://127.0.0.1:9",
+        *args,
+        cwd=ROOT,
+        check=False,
+        env=env,
+    )
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
     assert expected in proc.stderr, proc.stderr
 
@@ -368,11 +573,20 @@ def test_resume_unknown_sweep_names_the_known_ones(jsb_smoke):  # in a process o
 
 
 def test_every_command_has_help():
-    for args in (["--help"], ["sweep", "--help"], ["sweep", "run", "--help"],
-                 ["sweep", "resume", "--help"], ["sweep", "submit", "--help"],
-                 ["sweep", "logs", "--help"], ["sweep", "status", "--help"],
-                 ["sweep", "check", "--help"], ["train", "--help"], ["budget", "--help"],
-                 ["data", "fetch", "--help"], ["ui", "--help"]):
+    for args in (
+        ["--help"],
+        ["sweep", "--help"],
+        ["sweep", "run", "--help"],
+        ["sweep", "resume", "--help"],
+        ["sweep", "submit", "--help"],
+        ["sweep", "logs", "--help"],
+        ["sweep", "status", "--help"],
+        ["sweep", "check", "--help"],
+        ["train", "--help"],
+        ["budget", "--help"],
+        ["data", "fetch", "--help"],
+        ["ui", "--help"],
+    ):
         proc = rhnsearch_main(*args, cwd=ROOT)
         assert "usage: rhnsearch" in proc.stdout
 
@@ -383,9 +597,23 @@ def test_optuna_sweep_resumed_continues_its_study(tmp_path, data_dir, sweeps):
     they had), and every cell got its trials. (The study records a trial at once, Tune saves
     its state on its own period: a trial that ended after Tune's last save is in the study,
     and the resumed sweep, which does not know it, trains its setting again as a new trial.)"""
-    sweep = sweeps(tmp_path, "tpe", data_dir, "--search", "optuna", "--set",
-                   "archs=[rhn,dtrnn]", "--set", "depths=[1,2]", "--set", "samples=3",
-                   "--set", "scheduler.name=fifo", "--set", "fixed.epochs=3")
+    sweep = sweeps(
+        tmp_path,
+        "tpe",
+        data_dir,
+        "--search",
+        "optuna",
+        "--set",
+        "archs=[rhn,dtrnn]",
+        "--set",
+        "depths=[1,2]",
+        "--set",
+        "samples=3",
+        "--set",
+        "scheduler.name=fifo",
+        "--set",
+        "fixed.epochs=3",
+    )
     experiment = tmp_path / "results" / "sweeps" / "tpe"
     uri = f"sqlite:///{tmp_path / 'results/mlflow.db'}"
 
@@ -395,10 +623,12 @@ def test_optuna_sweep_resumed_continues_its_study(tmp_path, data_dir, sweeps):
         except Exception:  # noqa: BLE001 - not created yet
             return False
         return len([t for t in study.trials if t.state.is_finished()]) >= 4
+
     wait_until(some_trials_finished, "4 trials of the study finished")
     sweep.stop()
-    before = {t.number: t for t in load_study(str(experiment), "tpe").trials
-              if t.state.is_finished()}
+    before = {
+        t.number: t for t in load_study(str(experiment), "tpe").trials if t.state.is_finished()
+    }
     assert len(before) < 12, "every trial had finished before the kill"
     proc = rhnsearch_cli("sweep", "resume", "tpe", "--json", cwd=tmp_path)
     assert json_summary(proc)["complete"]
@@ -422,8 +652,19 @@ def test_optuna_sweep_resumed_continues_its_study(tmp_path, data_dir, sweeps):
 
 
 def test_gpu_space_on_a_cpu_only_local_ray_is_one_line(tmp_path, data_dir):
-    proc = rhnsearch_main("sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir",
-                          data_dir, "--set", "resources.gpu=0.25", cwd=tmp_path, check=False)
+    proc = rhnsearch_main(
+        "sweep",
+        "run",
+        JSB_SPACE,
+        "--preset",
+        "smoke",
+        "--data-dir",
+        data_dir,
+        "--set",
+        "resources.gpu=0.25",
+        cwd=tmp_path,
+        check=False,
+    )
     assert proc.returncode == 2 and "resources.gpu=0" in proc.stderr
     assert proc.stderr.strip().count("\n") == 0, proc.stderr
 
@@ -433,14 +674,17 @@ def test_check_solves_word_widths_for_the_datas_vocabulary(data_dir, tmp_path):
     vocabulary when the data is at hand, and says so when it is not."""
     from rhnsearch.data import load_dataset
     from rhnsearch.search.space import load_space
+
     space = ROOT / "spaces" / "ptb_budget.yaml"
     vocab = len(load_dataset("ptb-sample", data_dir, allow_fetch=False).vocab)
     for where, size, lines in ((data_dir, vocab, 1), (tmp_path, 10000, 2)):
-        proc = rhnsearch_main("sweep", "check", space, "--preset", "cpu", "--data-dir", where,
-                              cwd=tmp_path)
+        proc = rhnsearch_main(
+            "sweep", "check", space, "--preset", "cpu", "--data-dir", where, cwd=tmp_path
+        )
         listed = proc.stdout.strip().splitlines()[lines:]
         expected = load_space(space, "cpu").cells(size).values()
         assert [int(line.split("width")[1].split()[0]) for line in listed] == [
-            c["width"] for c in expected]
+            c["width"] for c in expected
+        ]
         assert all(abs(c["params"] - 1.5e6) < 0.01 * 1.5e6 for c in expected)
     assert "not in the data dir" in proc.stdout and vocab != 10000

@@ -1,4 +1,5 @@
 """Trainer: real JSB and ptb-sample runs, seeds, divergence, resume, lr schedule, CLI."""
+
 import json
 import math
 import subprocess
@@ -11,8 +12,18 @@ from rhnsearch.train import Trainer, TrialConfig
 
 
 def small(**kw):
-    base = dict(dataset="jsb", arch="rhn", depth=2, width=24, epochs=2, lr=0.3, momentum=0.9,
-                batch_size=32, threads=1, seed=3)
+    base = dict(
+        dataset="jsb",
+        arch="rhn",
+        depth=2,
+        width=24,
+        epochs=2,
+        lr=0.3,
+        momentum=0.9,
+        batch_size=32,
+        threads=1,
+        seed=3,
+    )
     return TrialConfig(**{**base, **kw})
 
 
@@ -25,8 +36,7 @@ def test_jsb_loss_falls_and_metrics_reach_the_callback(jsb):
     result = Trainer(small(epochs=3), jsb).fit(seen.append)
     assert [m["epoch"] for m in seen] == [1, 2, 3]
     assert [m["status"] for m in seen] == ["running", "running", "completed"]
-    for key in ["train_loss", "valid_loss", "epoch_seconds", "steps_per_sec", "grad_norm",
-                "lr"]:
+    for key in ["train_loss", "valid_loss", "epoch_seconds", "steps_per_sec", "grad_norm", "lr"]:
         assert all(math.isfinite(m[key]) for m in seen), key
     assert seen[-1]["valid_loss"] < seen[0]["valid_loss"] < 88 * math.log(2)
     assert result["status"] == "completed" and math.isfinite(result["test_loss"])
@@ -68,8 +78,9 @@ def test_resume_from_checkpoint_equals_uninterrupted_run(jsb, tmp_path):
 
 def test_divergence_is_a_result_not_an_exception(jsb):
     seen = []
-    trainer = Trainer(small(arch="dtrnn", depth=6, lr=500.0, momentum=0.99, clip=0,
-                            init_scale=1.0, epochs=5), jsb)
+    trainer = Trainer(
+        small(arch="dtrnn", depth=6, lr=500.0, momentum=0.99, clip=0, init_scale=1.0, epochs=5), jsb
+    )
     result = trainer.fit(seen.append)
     assert result["status"] == "diverged"
     assert seen[-1]["status"] == "diverged" and len(seen) < 5
@@ -80,23 +91,48 @@ def test_loss_per_window_is_the_authors_sum_over_a_windows_steps(ptb_sample):
     """loss_per=window descends the loss summed over a window's steps and averaged over the
     batch (the RHN authors' PTB cost): one plain SGD step at lr L moves the weights as a
     per-step-mean step at lr L * T, T the window's length."""
-    base = dict(dataset="ptb-sample", arch="rhn", depth=2, width=16, epochs=1, bptt=400,
-                batch_size=4, train_fraction=0.02, momentum=0.0, clip=0.0, threads=1, seed=1)
+    base = dict(
+        dataset="ptb-sample",
+        arch="rhn",
+        depth=2,
+        width=16,
+        epochs=1,
+        bptt=400,
+        batch_size=4,
+        train_fraction=0.02,
+        momentum=0.0,
+        clip=0.0,
+        threads=1,
+        seed=1,
+    )
     window = Trainer(TrialConfig(**base, lr=0.01, loss_per="window"), ptb_sample)
-    (x, _, _), = list(window._batches("train", shuffle=False))  # one window of T steps
+    ((x, _, _),) = list(window._batches("train", shuffle=False))  # one window of T steps
     step = Trainer(TrialConfig(**base, lr=0.01 * x.shape[0]), ptb_sample)
     window.train_epoch(), step.train_epoch()
-    moved = [(a - b).abs().max().item() for a, b in zip(window.model.parameters(),
-                                                        step.model.parameters())]
+    moved = [
+        (a - b).abs().max().item()
+        for a, b in zip(window.model.parameters(), step.model.parameters())
+    ]
     assert max(moved) < 1e-5 and x.shape[0] > 100
     with pytest.raises(UserError, match="loss_per='window'.*use loss_per step"):
         TrialConfig(loss_per="window").validate()
 
 
 def test_ptb_sample_reports_perplexity_and_lr_decay(ptb_sample):
-    cfg = TrialConfig(dataset="ptb-sample", arch="rhn", depth=2, width=32, epochs=3, lr=1.0,
-                      lr_decay=2.0, lr_decay_start=1, batch_size=20, bptt=20, threads=1,
-                      t_bias=-2.0)
+    cfg = TrialConfig(
+        dataset="ptb-sample",
+        arch="rhn",
+        depth=2,
+        width=32,
+        epochs=3,
+        lr=1.0,
+        lr_decay=2.0,
+        lr_decay_start=1,
+        batch_size=20,
+        bptt=20,
+        threads=1,
+        t_bias=-2.0,
+    )
     seen = []
     result = Trainer(cfg, ptb_sample).fit(seen.append)
     assert [m["lr"] for m in seen] == [1.0, 0.5, 0.25]
@@ -108,9 +144,30 @@ def test_ptb_sample_reports_perplexity_and_lr_decay(ptb_sample):
 
 def test_train_cli_prints_progress_and_json(data_dir):
     proc = subprocess.run(
-        [sys.executable, "-m", "rhnsearch.cli", "train", "--task", "jsb", "--arch", "rhn",
-         "--depth", "4", "--width", "64", "--epochs", "2", "--data-dir", str(data_dir),
-         "--json"], capture_output=True, text=True, check=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "rhnsearch.cli",
+            "train",
+            "--task",
+            "jsb",
+            "--arch",
+            "rhn",
+            "--depth",
+            "4",
+            "--width",
+            "64",
+            "--epochs",
+            "2",
+            "--data-dir",
+            str(data_dir),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert {"status", "train_loss", "valid_loss", "test_loss", "params"} <= set(result)
     assert result["status"] == "completed" and result["params"] == 50264
@@ -120,8 +177,20 @@ def test_train_cli_prints_progress_and_json(data_dir):
 
 
 def test_cli_bad_input_is_one_line_exit_2(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "rhnsearch.cli", "train", "--arch", "gru",
-                           "--data-dir", str(tmp_path)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rhnsearch.cli",
+            "train",
+            "--arch",
+            "gru",
+            "--data-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "unknown arch 'gru'" in proc.stderr
 
@@ -134,11 +203,27 @@ def test_final_word_numbers_read_the_whole_text_as_one_stream():
     from torch.nn import functional as F
 
     from rhnsearch.data import PTBData
+
     generator = torch.Generator().manual_seed(0)
-    data = PTBData(*(torch.randint(7, (n,), generator=generator) for n in (400, 61, 83)),
-                   vocab=[f"w{i}" for i in range(7)], name="ptb-sample")
-    trainer = Trainer(TrialConfig(dataset="ptb-sample", arch="rhn", depth=2, width=8,
-                                  epochs=2, batch_size=4, bptt=10, lr=0.5, threads=1), data)
+    data = PTBData(
+        *(torch.randint(7, (n,), generator=generator) for n in (400, 61, 83)),
+        vocab=[f"w{i}" for i in range(7)],
+        name="ptb-sample",
+    )
+    trainer = Trainer(
+        TrialConfig(
+            dataset="ptb-sample",
+            arch="rhn",
+            depth=2,
+            width=8,
+            epochs=2,
+            batch_size=4,
+            bptt=10,
+            lr=0.5,
+            threads=1,
+        ),
+        data,
+    )
     result = trainer.fit()
     trainer.model.load_state_dict(trainer.best_state)
     trainer.model.eval()
@@ -147,6 +232,7 @@ def test_final_word_numbers_read_the_whole_text_as_one_stream():
         with torch.no_grad():
             logits, _ = trainer.model(ids[:-1].unsqueeze(1))  # one stream, zero state
         return F.cross_entropy(logits[:, 0], ids[1:]).item()
+
     assert result["test_loss"] == pytest.approx(by_hand(data.test), rel=1e-6)
     assert result["full_valid_loss"] == pytest.approx(by_hand(data.valid), rel=1e-6)
     assert result["full_valid_ppl"] == pytest.approx(math.exp(result["full_valid_loss"]))

@@ -2,10 +2,10 @@
 its sweep, the sweep's nested trial runs and its plots are on the pages a user opens.
 Screenshots are kept in $RHNSEARCH_TEST_ARTIFACTS (default results/test-artifacts/). The same
 server checks the export's HTTP path."""
+
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -49,10 +49,23 @@ def wait_for_health(url: str, proc, timeout: float = 240):
 def ui(jsb_smoke):
     """`rhnsearch ui` on a free loopback port, serving the smoke sweeps' store."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "rhnsearch.cli", "ui", "--port", str(port),
-                             "--tracking-uri", jsb_smoke.tracking_uri], cwd=jsb_smoke.cwd,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rhnsearch.cli",
+            "ui",
+            "--port",
+            str(port),
+            "--tracking-uri",
+            jsb_smoke.tracking_uri,
+        ],
+        cwd=jsb_smoke.cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for_health(url, proc)
@@ -73,12 +86,28 @@ def page_text(browser: str, url: str, screenshot: str, *expected: str) -> str:
     for _ in range(3):
         with tempfile.TemporaryDirectory() as profile:
             proc = subprocess.run(
-                [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
-                 f"--user-data-dir={profile}", "--window-size=1600,1000",
-                 "--virtual-time-budget=15000", f"--screenshot={ARTIFACTS / screenshot}",
-                 "--dump-dom", url], capture_output=True, text=True, timeout=180)
+                [
+                    browser,
+                    "--headless",
+                    "--no-sandbox",
+                    "--disable-gpu",
+                    "--disable-quic",
+                    "--no-first-run",
+                    "--disable-background-networking",
+                    "--disable-component-update",
+                    "--disable-sync",
+                    "--disable-dev-shm-usage",
+                    f"--user-data-dir={profile}",
+                    "--window-size=1600,1000",
+                    "--virtual-time-budget=15000",
+                    f"--screenshot={ARTIFACTS / screenshot}",
+                    "--dump-dom",
+                    url,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=180,
+            )
         dom = re.sub(r"<script.*?</script>|<style.*?</style>", " ", proc.stdout, flags=re.S)
         text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", dom))
         if all(e in text for e in expected):
@@ -96,8 +125,13 @@ def test_ui_shows_the_experiment_its_sweep_and_nested_runs(ui, jsb_smoke, browse
 
     # The runs table, sorted by a metric so that nested runs are listed, not folded.
     order = quote("metrics.`best_valid_loss`")
-    text = page_text(browser, f"{base}/runs?orderByKey={order}&orderByAsc=true", "mlflow_ui_runs.png",
-                     "jsb_optimization", *names)
+    text = page_text(
+        browser,
+        f"{base}/runs?orderByKey={order}&orderByAsc=true",
+        "mlflow_ui_runs.png",
+        "jsb_optimization",
+        *names,
+    )
     assert "jsb_optimization" in text and "smoke-jsb" in text
     assert [n for n in names if n not in text] == []
     assert f"{len(children) + 1} matching runs" in text
@@ -105,13 +139,19 @@ def test_ui_shows_the_experiment_its_sweep_and_nested_runs(ui, jsb_smoke, browse
 
     # A trial's page names its parent sweep run: the runs are nested.
     child = children[0]
-    text = page_text(browser, f"{base}/runs/{child.info.run_id}", "mlflow_ui_trial.png", "Parent run")
+    text = page_text(
+        browser, f"{base}/runs/{child.info.run_id}", "mlflow_ui_trial.png", "Parent run"
+    )
     assert child.info.run_name in text
     assert re.search(r"Parent run\s+smoke-jsb", text), text[:2000]
 
     # The sweep's plots are artifacts of its parent run.
-    text = page_text(browser, f"{base}/runs/{parent.info.run_id}/artifacts/plots/swarm.png",
-                     "mlflow_ui_sweep_plots.png", "swarm.png")
+    text = page_text(
+        browser,
+        f"{base}/runs/{parent.info.run_id}/artifacts/plots/swarm.png",
+        "mlflow_ui_sweep_plots.png",
+        "swarm.png",
+    )
     assert "plots" in text and "swarm.png" in text and "curves.png" in text
 
 
@@ -122,8 +162,18 @@ def test_export_through_the_server_matches_the_sqlite_store(ui, jsb_smoke, tmp_p
         frames = []
         for uri, name in ((ui, "http"), (jsb_smoke.tracking_uri, "sqlite")):
             out = tmp_path / f"{name}{len(extra)}.parquet"
-            rhnsearch_cli("results", "export", "--experiment", "jsb_optimization",
-                          "--tracking-uri", uri, "--out", out, *extra, cwd=tmp_path)
+            rhnsearch_cli(
+                "results",
+                "export",
+                "--experiment",
+                "jsb_optimization",
+                "--tracking-uri",
+                uri,
+                "--out",
+                out,
+                *extra,
+                cwd=tmp_path,
+            )
             frames.append(pd.read_parquet(out))
         pd.testing.assert_frame_equal(*frames)
     assert len(frames[0]) > jsb_smoke.summary["trials"]
@@ -134,10 +184,23 @@ def test_ui_stopped_by_a_signal_takes_its_server_down(signum, tmp_path):
     """`kill PID` (a process manager) or Ctrl-C on `rhnsearch ui` alone, not on its process
     group: the MLflow server and every process it started end, and the port is free."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "rhnsearch.cli", "ui", "--port", str(port),
-                             "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"],
-                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rhnsearch.cli",
+            "ui",
+            "--port",
+            str(port),
+            "--tracking-uri",
+            f"sqlite:///{tmp_path / 'mlflow.db'}",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         wait_for_health(f"http://127.0.0.1:{port}", proc)
         tree = psutil.Process(proc.pid).children(recursive=True)
@@ -162,9 +225,12 @@ def test_ui_server_gives_the_runs_datasets_and_the_models_tab(ui, jsb_smoke):
     experiment = jsb_smoke.client().get_experiment_by_name("jsb_optimization").experiment_id
 
     def post(path: str, body: dict) -> dict:
-        request = urllib.request.Request(f"{ui}/api/2.0/mlflow/{path}", method="POST",
-                                         data=json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"{ui}/api/2.0/mlflow/{path}",
+            method="POST",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(request, timeout=60) as answer:
             return json.loads(answer.read())
 

@@ -10,14 +10,17 @@ test lands in the fast tier (`-m "not slow and not cluster and not services"`) b
 A tool the machine lacks skips a test outside CI, naming what to install, and fails it in CI
 (CI=true), where every tier must run.
 """
+
 import os
 import shutil
 
 import pytest
 
-TIERS = {"slow": "a real sweep, or more than ~10 s of training",
-         "cluster": "starts Ray (a local Ray, `ray start` nodes or Slurm's)",
-         "services": "PostgreSQL, an MLflow server, the S3 server, a browser or Slurm"}
+TIERS = {
+    "slow": "a real sweep, or more than ~10 s of training",
+    "cluster": "starts Ray (a local Ray, `ray start` nodes or Slurm's)",
+    "services": "PostgreSQL, an MLflow server, the S3 server, a browser or Slurm",
+}
 RUNNING = {}  # "item": the test being run (set by conftest's autouse fixture)
 
 
@@ -25,8 +28,11 @@ def needs(tier: str, what: str):
     """Fail the running test unless it carries the marker TIER (WHAT: what it starts)."""
     item = RUNNING.get("item")
     if item is not None and item.get_closest_marker(tier) is None:
-        pytest.fail(f"{item.nodeid} {what}: mark it `{tier}` (use a fixture that does, see "
-                    "conftest.FIXTURE_TIERS, or @pytest.mark." + tier + ")", pytrace=False)
+        pytest.fail(
+            f"{item.nodeid} {what}: mark it `{tier}` (use a fixture that does, see "
+            "conftest.FIXTURE_TIERS, or @pytest.mark." + tier + ")",
+            pytrace=False,
+        )
 
 
 def in_ci() -> bool:

@@ -2,6 +2,7 @@
 run (`mlflow_model.py`; its weights file artifacts/model.pt), or the older layout, the run's
 artifacts `model/model.pt` and `model/config.json`. Either file is {"config": TrialConfig as
 dict, "weights": state_dict[, "vocab_size"]}, loaded weights-only."""
+
 import tempfile
 from dataclasses import replace
 
@@ -23,9 +24,11 @@ def run_of_model_uri(client: MlflowClient, uri: str) -> str:
     try:
         return client.get_model_version(name, version).run_id
     except MlflowException:
-        raise UserError(f"no registered model version {uri} in {client.tracking_uri}: give "
-                        "models:/NAME/VERSION of a sweep run with --register-model NAME, "
-                        "or a run id") from None
+        raise UserError(
+            f"no registered model version {uri} in {client.tracking_uri}: give "
+            "models:/NAME/VERSION of a sweep run with --register-model NAME, "
+            "or a run id"
+        ) from None
 
 
 def best_run_id(client: MlflowClient, experiment: str) -> str:
@@ -34,15 +37,19 @@ def best_run_id(client: MlflowClient, experiment: str) -> str:
     found = client.get_experiment_by_name(experiment)
     if found is None:
         names = [e.name for e in client.search_experiments()]
-        raise UserError(f"no MLflow experiment {experiment!r}: use one of "
-                        f"{', '.join(names) or 'none (run a sweep first)'}")
-    sweeps = client.search_runs([found.experiment_id], "tags.kind = 'sweep'",
-                                max_results=10000)
-    best = [client.get_run(r.data.tags["best_run_id"]) for r in sweeps
-            if "best_run_id" in r.data.tags]
+        raise UserError(
+            f"no MLflow experiment {experiment!r}: use one of "
+            f"{', '.join(names) or 'none (run a sweep first)'}"
+        )
+    sweeps = client.search_runs([found.experiment_id], "tags.kind = 'sweep'", max_results=10000)
+    best = [
+        client.get_run(r.data.tags["best_run_id"]) for r in sweeps if "best_run_id" in r.data.tags
+    ]
     if not best:
-        raise UserError(f"experiment {experiment!r} has no finished sweep with a best run: "
-                        "finish a sweep first (`rhnsearch sweep resume NAME`) or pass a RUN_ID")
+        raise UserError(
+            f"experiment {experiment!r} has no finished sweep with a best run: "
+            "finish a sweep first (`rhnsearch sweep resume NAME`) or pass a RUN_ID"
+        )
     return min(best, key=lambda r: r.data.metrics.get("best_valid_loss", float("inf"))).info.run_id
 
 
@@ -51,23 +58,32 @@ def load_model_state(client: MlflowClient, run_id: str) -> dict:
     try:
         run = client.get_run(run_id)
     except MlflowException:
-        raise UserError(f"no MLflow run {run_id!r} in {client.tracking_uri}: check the id "
-                        "or pass --tracking-uri") from None
+        raise UserError(
+            f"no MLflow run {run_id!r} in {client.tracking_uri}: check the id "
+            "or pass --tracking-uri"
+        ) from None
     logged = client.search_logged_models(
-        [run.info.experiment_id], f"source_run_id = '{run_id}' AND name = '{MODEL_DIR}'",
-        max_results=1, order_by=[{"field_name": "creation_timestamp", "ascending": False}])
+        [run.info.experiment_id],
+        f"source_run_id = '{run_id}' AND name = '{MODEL_DIR}'",
+        max_results=1,
+        order_by=[{"field_name": "creation_timestamp", "ascending": False}],
+    )
     with tempfile.TemporaryDirectory() as out:
         try:
             if logged:
                 path = mlflow.artifacts.download_artifacts(
-                    f"{logged[0].artifact_location}/artifacts/{MODEL_FILE}", dst_path=out,
-                    tracking_uri=client.tracking_uri)
+                    f"{logged[0].artifact_location}/artifacts/{MODEL_FILE}",
+                    dst_path=out,
+                    tracking_uri=client.tracking_uri,
+                )
             else:
                 path = client.download_artifacts(run_id, f"{MODEL_DIR}/{MODEL_FILE}", out)
         except (MlflowException, OSError):
-            raise UserError(f"run {run_id} has no kept model: a sweep keeps only its best "
-                            "trial's model (space keep_model: best), analyze that one with "
-                            "--best --experiment NAME") from None
+            raise UserError(
+                f"run {run_id} has no kept model: a sweep keeps only its best "
+                "trial's model (space keep_model: best), analyze that one with "
+                "--best --experiment NAME"
+            ) from None
         return torch.load(path, map_location="cpu", weights_only=True)
 
 

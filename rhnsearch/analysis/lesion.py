@@ -1,5 +1,6 @@
 """Lesioning (RHN paper, section 6): push one highway layer's transform gates to carry and
 measure how much the training loss grows."""
+
 import pandas as pd
 import torch
 from matplotlib.figure import Figure
@@ -23,8 +24,14 @@ def lesion(trainer, bias: float = LESION_BIAS) -> pd.DataFrame:
         loss = trainer.evaluate("train")
         with torch.no_grad():
             cell.transform_bias(layer).copy_(saved)
-        rows.append({"layer": layer + 1, "train_loss": loss, "intact_train_loss": base,
-                     "delta": loss - base})
+        rows.append(
+            {
+                "layer": layer + 1,
+                "train_loss": loss,
+                "intact_train_loss": base,
+                "delta": loss - base,
+            }
+        )
     return pd.DataFrame(rows)
 
 

@@ -1,6 +1,7 @@
 """A trained model as an MLflow model: a pyfunc logged from code (`pyfunc_entry.py`) with the
 weights as its artifact, linked to its trial's run and metrics, registered on request.
 `predict` gives the model's next-step outputs for a batch of sequences."""
+
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -64,33 +65,43 @@ class NextStepModel(mlflow.pyfunc.PythonModel):
 def example_input(task, data, bptt: int) -> np.ndarray:
     """Two validation sequences, batch first, cut to the shorter one's length."""
     inputs, lengths = task.examples(data.split("valid"), 2, bptt)
-    return inputs[:min(lengths)].transpose(0, 1).numpy()
+    return inputs[: min(lengths)].transpose(0, 1).numpy()
 
 
-def log_mlflow_model(client: MlflowClient, run_id: str, config: dict, weights: dict,
-                     data) -> str:
+def log_mlflow_model(client: MlflowClient, run_id: str, config: dict, weights: dict, data) -> str:
     """Log the model as the MLflow model `model` of run `run_id`, linked to the run's
     metrics at its last epoch, with a signature and an input example; returns its id."""
     cfg = TrialConfig.from_dict(config)
-    state = {"config": config, "weights": weights,
-             "vocab_size": len(getattr(data, "vocab", ()))}
+    state = {"config": config, "weights": weights, "vocab_size": len(getattr(data, "vocab", ()))}
     example = example_input(get_task(cfg.task), data, cfg.bptt)
     output = next_step(build(state), example)
     signature = ModelSignature(
         Schema([TensorSpec(example.dtype, (-1, -1, *example.shape[2:]))]),
-        Schema([TensorSpec(output.dtype, (-1, -1, output.shape[-1]))]))
+        Schema([TensorSpec(output.dtype, (-1, -1, output.shape[-1]))]),
+    )
     run = client.get_run(run_id)
-    model = client.create_logged_model(run.info.experiment_id, MODEL_DIR, run_id,
-                                       params=run.data.params)  # in the run's experiment
+    model = client.create_logged_model(
+        run.info.experiment_id, MODEL_DIR, run_id, params=run.data.params
+    )  # in the run's experiment
     with tempfile.TemporaryDirectory() as out, tracking_uri(client.tracking_uri):
         torch.save(state, Path(out) / MODEL_FILE)
         Model.log(
-            None, name=MODEL_DIR, flavor=mlflow.pyfunc, run_id=run_id, python_model=str(ENTRY),
-            model_id=model.model_id, step=int(run.data.metrics.get("epoch", 0)),
-            artifacts={WEIGHTS: str(Path(out) / MODEL_FILE)}, signature=signature,
-            input_example=example, pip_requirements=[
-                f"rhnsearch=={__version__}", f"torch=={torch.__version__.split('+')[0]}",
-                f"mlflow=={mlflow.__version__}"])
+            None,
+            name=MODEL_DIR,
+            flavor=mlflow.pyfunc,
+            run_id=run_id,
+            python_model=str(ENTRY),
+            model_id=model.model_id,
+            step=int(run.data.metrics.get("epoch", 0)),
+            artifacts={WEIGHTS: str(Path(out) / MODEL_FILE)},
+            signature=signature,
+            input_example=example,
+            pip_requirements=[
+                f"rhnsearch=={__version__}",
+                f"torch=={torch.__version__.split('+')[0]}",
+                f"mlflow=={mlflow.__version__}",
+            ],
+        )
     return model.model_id
 
 
@@ -103,23 +114,48 @@ def register(client: MlflowClient, model_id: str, run_id: str, name: str, tags: 
         if exc.error_code != "RESOURCE_ALREADY_EXISTS":
             raise
     with tracking_uri(client.tracking_uri):  # where the registry looks the model up
-        return client.create_model_version(name, f"models:/{model_id}", run_id,
-                                           {k: str(v) for k, v in tags.items()},
-                                           model_id=model_id).version
+        return client.create_model_version(
+            name,
+            f"models:/{model_id}",
+            run_id,
+            {k: str(v) for k, v in tags.items()},
+            model_id=model_id,
+        ).version
 
 
-def keep_model(client: MlflowClient, run_id: str, config: dict, weights: dict, data_dir,
-               register_as: str | None = None, tags: dict | None = None) -> str:
+def keep_model(
+    client: MlflowClient,
+    run_id: str,
+    config: dict,
+    weights: dict,
+    data_dir,
+    register_as: str | None = None,
+    tags: dict | None = None,
+) -> str:
     """Log a trial's model (`log_mlflow_model`); with `register_as`, register it with `tags`,
     its cell, its run and the run's final metrics as the version's tags. Returns its id."""
     from ..data import load_dataset
-    model_id = log_mlflow_model(client, run_id, config, weights,
-                                load_dataset(config["dataset"], data_dir))
+
+    model_id = log_mlflow_model(
+        client, run_id, config, weights, load_dataset(config["dataset"], data_dir)
+    )
     if register_as:
         c, metrics = TrialConfig.from_dict(config), client.get_run(run_id).data.metrics
         cell = f"{c.arch} d{c.depth} w{c.width}" + (" tied" if c.tied else "")
-        register(client, model_id, run_id, register_as, {
-            **(tags or {}), "cell": cell, "run_id": run_id,
-            **{k: metrics[k] for k in ("best_valid_loss", "test_loss", "best_epoch")
-               if k in metrics}})
+        register(
+            client,
+            model_id,
+            run_id,
+            register_as,
+            {
+                **(tags or {}),
+                "cell": cell,
+                "run_id": run_id,
+                **{
+                    k: metrics[k]
+                    for k in ("best_valid_loss", "test_loss", "best_epoch")
+                    if k in metrics
+                },
+            },
+        )
     return model_id

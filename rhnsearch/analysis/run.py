@@ -1,6 +1,7 @@
 """The papers' analyses of a trained model kept in MLflow, each as an `Analysis` (a figure, its
 numbers and summary metrics), published to OUT/RUN_ID/NAME and to the run's artifacts
 analysis/NAME with the summary metrics."""
+
 import json
 import time
 from dataclasses import dataclass
@@ -30,15 +31,21 @@ class Analysis:
     extra: dict | None = None
 
 
-def open_run(run_id: str | None, best: bool = False, experiment: str | None = None,
-             tracking_uri: str | None = None, data_dir=None):
+def open_run(
+    run_id: str | None,
+    best: bool = False,
+    experiment: str | None = None,
+    tracking_uri: str | None = None,
+    data_dir=None,
+):
     """(client, run id, trainer holding the run's model) of RUN_ID (or the run of
     models:/NAME/VERSION), or of the best run of the experiment's sweeps with `best`."""
     if bool(run_id) == best:
         raise UserError("give either a RUN_ID or --best --experiment NAME")
     if best and not experiment:
-        raise UserError("--best needs --experiment NAME (the sweep's experiment, e.g. "
-                        "jsb_optimization)")
+        raise UserError(
+            "--best needs --experiment NAME (the sweep's experiment, e.g. jsb_optimization)"
+        )
     client = MlflowClient(existing_store(tracking_uri))
     if best:
         run_id = best_run_id(client, experiment)
@@ -58,25 +65,35 @@ def gates(trainer, run_id: str, sequences: int = 4, split: str = "valid") -> Ana
     activity = gate_activity(trainer, inputs, lengths)
     table = activity_table(activity)
     means = table.groupby("layer").mean_gate.mean()
-    fig = activity_figure(activity, f"Transform-gate activity, {describe(trainer, run_id)}, "
-                          f"{len(activity)} {split} sequences")
-    return Analysis("gates", fig, {"gates.csv": table},
-                    {f"gate_mean_layer{k}": v for k, v in means.items()},
-                    f"{describe(trainer, run_id)}: mean transform gate per layer "
-                    f"1..{len(means)} " + " ".join(f"{v:.3f}" for v in means))
+    fig = activity_figure(
+        activity,
+        f"Transform-gate activity, {describe(trainer, run_id)}, {len(activity)} {split} sequences",
+    )
+    return Analysis(
+        "gates",
+        fig,
+        {"gates.csv": table},
+        {f"gate_mean_layer{k}": v for k, v in means.items()},
+        f"{describe(trainer, run_id)}: mean transform gate per layer "
+        f"1..{len(means)} " + " ".join(f"{v:.3f}" for v in means),
+    )
 
 
 def lesioning(trainer, run_id: str) -> Analysis:
     """Training-loss change when each highway layer only carries its input."""
     table = lesion(trainer)
-    fig = lesion_figure(table, f"Lesioning, {describe(trainer, run_id)}",
-                        trainer.task.loss_unit)
+    fig = lesion_figure(table, f"Lesioning, {describe(trainer, run_id)}", trainer.task.loss_unit)
     metrics = {f"lesion_delta_layer{r.layer}": r.delta for r in table.itertuples()}
     metrics["lesion_intact_train_loss"] = table.intact_train_loss.iloc[0]
-    return Analysis("lesion", fig, {"lesion.csv": table}, metrics,
-                    f"{describe(trainer, run_id)}: intact training loss "
-                    f"{table.intact_train_loss.iloc[0]:.4f}, change per lesioned layer "
-                    f"1..{len(table)} " + " ".join(f"{d:+.4f}" for d in table.delta))
+    return Analysis(
+        "lesion",
+        fig,
+        {"lesion.csv": table},
+        metrics,
+        f"{describe(trainer, run_id)}: intact training loss "
+        f"{table.intact_train_loss.iloc[0]:.4f}, change per lesioned layer "
+        f"1..{len(table)} " + " ".join(f"{d:+.4f}" for d in table.delta),
+    )
 
 
 def hsg_gates(trainer, run_id: str, sequences: int = 4, split: str = "valid") -> Analysis:
@@ -84,25 +101,41 @@ def hsg_gates(trainer, run_id: str, sequences: int = 4, split: str = "valid") ->
     inputs, lengths = example_sequences(trainer, sequences, split)
     values = hsg_gate_values(trainer, inputs, lengths)
     g = values["value"]
-    metrics = {"hsg_gate_mean": g.mean(), "hsg_gate_median": g.median(),
-               "hsg_gate_above_half": (g > 0.5).mean()}
+    metrics = {
+        "hsg_gate_mean": g.mean(),
+        "hsg_gate_median": g.median(),
+        "hsg_gate_above_half": (g > 0.5).mean(),
+    }
     fig = hsg_figure(values, f"HSG gate values, {describe(trainer, run_id)}")
-    return Analysis("hsg-gates", fig, {"hsg_gates.parquet": values}, metrics,
-                    f"{describe(trainer, run_id)}: {len(g)} gate values, mean {g.mean():.3f}, "
-                    f"median {g.median():.3f}, {100 * (g > 0.5).mean():.1f}% above 0.5")
+    return Analysis(
+        "hsg-gates",
+        fig,
+        {"hsg_gates.parquet": values},
+        metrics,
+        f"{describe(trainer, run_id)}: {len(g)} gate values, mean {g.mean():.3f}, "
+        f"median {g.median():.3f}, {100 * (g > 0.5).mean():.1f}% above 0.5",
+    )
 
 
-def spectrum(trainer, run_id: str, sequences: int = 4, split: str = "valid", steps: int = 8,
-             compare: tuple | None = None) -> Analysis:
+def spectrum(
+    trainer,
+    run_id: str,
+    sequences: int = 4,
+    split: str = "valid",
+    steps: int = 8,
+    compare: tuple | None = None,
+) -> Analysis:
     """Eigenvalues and Geršgorin discs of dy[t]/dy[t-1]; `compare` = (run id, trainer) of a
     second model of the same dataset, drawn beside it."""
     models = [(run_id, trainer)]
     if compare:
         other_id, other = compare
         if other.config.dataset != trainer.config.dataset:
-            raise UserError(f"--compare run {other_id} is a {other.config.dataset} model but "
-                            f"run {run_id} is a {trainer.config.dataset} one: compare models "
-                            "of the same dataset")
+            raise UserError(
+                f"--compare run {other_id} is a {other.config.dataset} model but "
+                f"run {run_id} is a {trainer.config.dataset} one: compare models "
+                "of the same dataset"
+            )
         models.append(compare)
     tables = []
     for rid, model in models:
@@ -112,14 +145,22 @@ def spectrum(trainer, run_id: str, sequences: int = 4, split: str = "valid", ste
     table = pd.concat(tables, ignore_index=True)
     per_step = per_jacobian(table)
     stats = [radius_stats(per_step[per_step.model == describe(m, rid)]) for rid, m in models]
-    text = "; ".join(f"{describe(m, rid)}: spectral radius mean {s['spectral_radius_mean']:.3f}"
-                     f" median {s['spectral_radius_median']:.3f} range "
-                     f"{s['spectral_radius_min']:.3f}..{s['spectral_radius_max']:.3f} over "
-                     f"{s['jacobians']} steps" for (rid, m), s in zip(models, stats))
+    text = "; ".join(
+        f"{describe(m, rid)}: spectral radius mean {s['spectral_radius_mean']:.3f}"
+        f" median {s['spectral_radius_median']:.3f} range "
+        f"{s['spectral_radius_min']:.3f}..{s['spectral_radius_max']:.3f} over "
+        f"{s['jacobians']} steps"
+        for (rid, m), s in zip(models, stats)
+    )
     extra = {"compare": {"run_id": compare[0], **stats[1]}} if compare else None
-    return Analysis("spectrum", spectrum_figure(table, per_step),
-                    {"spectrum.parquet": table, "spectrum_steps.csv": per_step}, stats[0],
-                    text, extra)
+    return Analysis(
+        "spectrum",
+        spectrum_figure(table, per_step),
+        {"spectrum.parquet": table, "spectrum_steps.csv": per_step},
+        stats[0],
+        text,
+        extra,
+    )
 
 
 def publish(analysis: Analysis, client: MlflowClient, run_id: str, out) -> dict:
@@ -131,11 +172,18 @@ def publish(analysis: Analysis, client: MlflowClient, run_id: str, out) -> dict:
     for ext in ("png", "svg"):
         analysis.figure.savefig(directory / f"{name}.{ext}", dpi=150, bbox_inches="tight")
     for file, table in analysis.tables.items():
-        (table.to_parquet if file.endswith(".parquet") else table.to_csv)(directory / file,
-                                                                          index=False)
+        (table.to_parquet if file.endswith(".parquet") else table.to_csv)(
+            directory / file, index=False
+        )
     metrics = {k: float(v) for k, v in analysis.metrics.items()}
-    summary = {"analysis": name, "run_id": run_id, **metrics, **(analysis.extra or {}),
-               "out": str(directory.resolve()), "artifact_path": f"analysis/{name}"}
+    summary = {
+        "analysis": name,
+        "run_id": run_id,
+        **metrics,
+        **(analysis.extra or {}),
+        "out": str(directory.resolve()),
+        "artifact_path": f"analysis/{name}",
+    }
     (directory / "summary.json").write_text(json.dumps(summary, indent=1))
     client.log_artifacts(run_id, str(directory), f"analysis/{name}")
     now = int(time.time() * 1000)

@@ -1,5 +1,6 @@
 """The `rhnsearch` command line: one module per command group, each a thin layer over the
 library (argparse and printing live here only); bad input ends in one line, exit code 2."""
+
 import argparse
 import logging
 import os
@@ -19,8 +20,10 @@ COMMANDS = [add_train, add_budget, add_data, add_sweep, add_analyze, add_results
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="rhnsearch", description="Hyperparameter search for Recurrent Highway Networks "
-        "and deep-transition RNNs on Ray Tune, recorded in MLflow.")
+        prog="rhnsearch",
+        description="Hyperparameter search for Recurrent Highway Networks "
+        "and deep-transition RNNs on Ray Tune, recorded in MLflow.",
+    )
     parser.add_argument("--version", action="version", version=f"rhnsearch {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for add in COMMANDS:

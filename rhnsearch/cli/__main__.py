@@ -1,4 +1,5 @@
 """`python -m rhnsearch.cli`."""
+
 import sys
 
 from . import main

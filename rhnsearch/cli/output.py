@@ -1,4 +1,5 @@
 """What the command line prints besides plain text: one JSON line."""
+
 import json
 import math
 

@@ -1,5 +1,6 @@
 """`rhnsearch results ...`: exports, plots, tables and reports read from the MLflow store
 alone."""
+
 import sys
 
 STORE_HELP = "MLflow tracking URI (default: sqlite:///results/mlflow.db)"
@@ -14,96 +15,162 @@ def _store_options(p, experiment_help: str, required: bool = False):
 
 
 def add_results(sub):
-    p = sub.add_parser("results", help="export runs, draw the papers' plots and tables",
-                       description="Read a study's runs from the MLflow store and export "
-                       "them, or draw the papers' figures and tables from them.")
+    p = sub.add_parser(
+        "results",
+        help="export runs, draw the papers' plots and tables",
+        description="Read a study's runs from the MLflow store and export "
+        "them, or draw the papers' figures and tables from them.",
+    )
     rsub = p.add_subparsers(dest="results_command", required=True)
 
     export = rsub.add_parser(
-        "export", help="write an experiment's trials to .parquet/.csv/.md/.tex",
+        "export",
+        help="write an experiment's trials to .parquet/.csv/.md/.tex",
         description="One row per trial (ids, status tags, params.*, final metrics.*) of "
         "every sweep of the experiment (or of --sweep); with --history, one row per trial "
-        "and epoch. The format follows the extension of --out.")
+        "and epoch. The format follows the extension of --out.",
+    )
     _store_options(export, "MLflow experiment, e.g. jsb_optimization", required=True)
     export.add_argument("--out", required=True, help="FILE.parquet, .csv, .md or .tex")
-    export.add_argument("--history", action="store_true",
-                        help="one row per trial per epoch instead of one per trial")
+    export.add_argument(
+        "--history",
+        action="store_true",
+        help="one row per trial per epoch instead of one per trial",
+    )
     export.set_defaults(run=cmd_export)
 
-    plot = rsub.add_parser("plot", help="draw a figure of a sweep (.png/.svg)",
-                           description="Draw one of the papers' figures from a sweep's runs.")
+    plot = rsub.add_parser(
+        "plot",
+        help="draw a figure of a sweep (.png/.svg)",
+        description="Draw one of the papers' figures from a sweep's runs.",
+    )
     psub = plot.add_subparsers(dest="plot_kind", required=True)
     for kind, text, default in [
-            ("swarm", "RHN paper Fig. 4: loss of each random setting vs depth, per "
-             "architecture; diverged settings at the top, counted", "jsb_optimization"),
-            ("depth", "perplexity vs depth, untied and WT, with the authors' published "
-             "curve (RHN paper Fig. 5a)", "ptb_budget"),
-            ("hsg", "perplexity vs depth with and without HSG, with the HSG paper's "
-             "Table 1", "ptb_hsg"),
-            ("curves", "learning curves (valid loss per epoch) of the top-k trials", None)]:
+        (
+            "swarm",
+            "RHN paper Fig. 4: loss of each random setting vs depth, per "
+            "architecture; diverged settings at the top, counted",
+            "jsb_optimization",
+        ),
+        (
+            "depth",
+            "perplexity vs depth, untied and WT, with the authors' published "
+            "curve (RHN paper Fig. 5a)",
+            "ptb_budget",
+        ),
+        (
+            "hsg",
+            "perplexity vs depth with and without HSG, with the HSG paper's Table 1",
+            "ptb_hsg",
+        ),
+        ("curves", "learning curves (valid loss per epoch) of the top-k trials", None),
+    ]:
         k = psub.add_parser(kind, help=text, description=text[0].upper() + text[1:] + ".")
-        _store_options(k, f"MLflow experiment (default: {default})" if default else
-                       "MLflow experiment, e.g. jsb_optimization", required=default is None)
+        _store_options(
+            k,
+            f"MLflow experiment (default: {default})"
+            if default
+            else "MLflow experiment, e.g. jsb_optimization",
+            required=default is None,
+        )
         k.add_argument("--out", required=True, help="FILE.png or FILE.svg")
         if kind in ("swarm", "curves"):
-            k.add_argument("--metric", help="metric to draw (default: "
-                           f"{'best_valid_loss' if kind == 'swarm' else 'valid_loss'})")
+            k.add_argument(
+                "--metric",
+                help="metric to draw (default: "
+                f"{'best_valid_loss' if kind == 'swarm' else 'valid_loss'})",
+            )
         if kind == "curves":
-            k.add_argument("--top", type=int, default=5,
-                           help="how many trials, best validation loss first (default 5)")
+            k.add_argument(
+                "--top",
+                type=int,
+                default=5,
+                help="how many trials, best validation loss first (default 5)",
+            )
         k.set_defaults(run=cmd_plot)
 
     table = rsub.add_parser(
-        "table", help="a study's table, measured next to published",
+        "table",
+        help="a study's table, measured next to published",
         description="ptb_budget: the authors' README table (depth, units, params, best "
         "valid, test, and WT); ptb_hsg: the HSG paper's Table 1; jsb_optimization: per "
         "(arch, depth) settings tried, diverged, best and median loss. Markdown on stdout, "
-        "or --out FILE (.md, .tex, .csv).")
-    table.add_argument("--study", required=True,
-                       choices=["jsb_optimization", "ptb_budget", "ptb_hsg"])
+        "or --out FILE (.md, .tex, .csv).",
+    )
+    table.add_argument(
+        "--study", required=True, choices=["jsb_optimization", "ptb_budget", "ptb_hsg"]
+    )
     _store_options(table, "MLflow experiment (default: the study's name)")
     table.add_argument("--out", help="FILE.md, .tex or .csv (default: Markdown to stdout)")
-    table.add_argument("--metric", default="best_valid_loss",
-                       help="jsb_optimization: the loss to summarize (default best_valid_loss, "
-                       "the swarm's and the finding's)")
+    table.add_argument(
+        "--metric",
+        default="best_valid_loss",
+        help="jsb_optimization: the loss to summarize (default best_valid_loss, "
+        "the swarm's and the finding's)",
+    )
     table.set_defaults(run=cmd_table)
 
     report = rsub.add_parser(
-        "report", help="one self-contained HTML page of a sweep",
+        "report",
+        help="one self-contained HTML page of a sweep",
         description="One HTML page (figures embedded, no network) of a sweep: the study's "
         "figure, its measured-vs-published table, top-k learning curves, parallel coordinates "
         "of the settings, each hyperparameter's importance per architecture (Optuna's fANOVA "
-        "and PED-ANOVA on the stored trials) and the runs' provenance.")
+        "and PED-ANOVA on the stored trials) and the runs' provenance.",
+    )
     _store_options(report, "MLflow experiment, e.g. jsb_optimization", required=True)
     report.add_argument("--out", required=True, help="FILE.html")
-    report.add_argument("--top", type=int, default=5,
-                        help="learning curves of this many trials, best first (default 5)")
+    report.add_argument(
+        "--top",
+        type=int,
+        default=5,
+        help="learning curves of this many trials, best first (default 5)",
+    )
     report.set_defaults(run=cmd_report)
 
 
 def cmd_export(args):
     from ..results.export import export
-    path, rows = export(args.experiment, args.out, args.tracking_uri, args.sweep,
-                        args.history, args.force)
+
+    path, rows = export(
+        args.experiment, args.out, args.tracking_uri, args.sweep, args.history, args.force
+    )
     print(f"wrote {path} ({rows} rows)", file=sys.stderr)
 
 
 def cmd_plot(args):
     from ..results.plots import plot
-    path = plot(args.plot_kind, args.out, args.experiment, args.tracking_uri, args.sweep,
-                getattr(args, "metric", None), getattr(args, "top", 5), args.force)
+
+    path = plot(
+        args.plot_kind,
+        args.out,
+        args.experiment,
+        args.tracking_uri,
+        args.sweep,
+        getattr(args, "metric", None),
+        getattr(args, "top", 5),
+        args.force,
+    )
     print(f"wrote {path}", file=sys.stderr)
 
 
 def cmd_table(args):
     from ..results.tables import table
-    text = table(args.study, args.experiment, args.tracking_uri, args.sweep, args.out,
-                 args.force, args.metric)
+
+    text = table(
+        args.study,
+        args.experiment,
+        args.tracking_uri,
+        args.sweep,
+        args.out,
+        args.force,
+        args.metric,
+    )
     print(text, file=sys.stderr if args.out else sys.stdout, end="" if not args.out else "\n")
 
 
 def cmd_report(args):
     from ..results.report import report
-    path = report(args.experiment, args.out, args.tracking_uri, args.sweep, args.top,
-                  args.force)
+
+    path = report(args.experiment, args.out, args.tracking_uri, args.sweep, args.top, args.force)
     print(f"wrote {path}", file=sys.stderr)

@@ -1,4 +1,5 @@
 """`rhnsearch sweep ...` commands."""
+
 import contextlib
 import json
 import sys
@@ -6,115 +7,181 @@ import sys
 from ..errors import UserError
 
 SPACE_HELP = "search space YAML, e.g. spaces/jsb_optimization.yaml"
-STORAGE_HELP = ("where Tune's state and the checkpoints go: a directory every node sees or a "
-                "bucket URI (s3://, gs://); default $RHNSEARCH_STORAGE, else results/sweeps "
-                "with a local Ray")
+STORAGE_HELP = (
+    "where Tune's state and the checkpoints go: a directory every node sees or a "
+    "bucket URI (s3://, gs://); default $RHNSEARCH_STORAGE, else results/sweeps "
+    "with a local Ray"
+)
 
 
 def add_run_options(p):
     p.add_argument("space", help=SPACE_HELP)
     p.add_argument("--preset", help="a preset of the space: paper or smoke")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a space field, e.g. --set samples=4 --set fixed.epochs=20")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a space field, e.g. --set samples=4 --set fixed.epochs=20",
+    )
     p.add_argument("--search", choices=["random", "optuna"], help="default: the space's")
-    p.add_argument("--scheduler", choices=["cell_asha", "asha", "fifo"],
-                   help="cell_asha stops a trial worse than the others of its (arch, depth) "
-                   "cell, asha one worse than any others; fifo runs every trial to the end "
-                   "(default: the space's)")
-    p.add_argument("--data-dir", help="data dir (default: $RHNSEARCH_DATA_DIR or user cache; "
-                   "with submit, a path on the cluster)")
-    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///results/"
-                   "mlflow.db)")
+    p.add_argument(
+        "--scheduler",
+        choices=["cell_asha", "asha", "fifo"],
+        help="cell_asha stops a trial worse than the others of its (arch, depth) "
+        "cell, asha one worse than any others; fifo runs every trial to the end "
+        "(default: the space's)",
+    )
+    p.add_argument(
+        "--data-dir",
+        help="data dir (default: $RHNSEARCH_DATA_DIR or user cache; "
+        "with submit, a path on the cluster)",
+    )
+    p.add_argument(
+        "--tracking-uri", help="MLflow tracking URI (default: sqlite:///results/mlflow.db)"
+    )
     p.add_argument("--experiment", help="MLflow experiment (default: the space's file name)")
     p.add_argument("--name", help="sweep name (default: STUDY-PRESET-TIMESTAMP)")
     p.add_argument("--storage-path", help=STORAGE_HELP)
-    p.add_argument("--deterministic", action="store_true",
-                   help="run one trial at a time (--set max_concurrent=1): the trials reach "
-                   "each rung in the searcher's order, so the seed fixes which trials early "
-                   "stopping stops too, not only each trial's settings and curve (the "
-                   "JSB smoke preset's trials: 1.3x the time on 2 cores; up to Nx where N "
-                   "trials would run at once)")
-    p.add_argument("--seeds", type=int, metavar="N",
-                   help="run each setting N times, with seeds fixed.seed to fixed.seed+N-1 "
-                   "(--set seeds=N): a study of one setting per cell then gets an interval "
-                   "per cell")
-    p.add_argument("--register-model", metavar="NAME",
-                   help="register the sweep's best model in the MLflow Model Registry as a "
-                   "new version of NAME (--set register_model=NAME)")
+    p.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="run one trial at a time (--set max_concurrent=1): the trials reach "
+        "each rung in the searcher's order, so the seed fixes which trials early "
+        "stopping stops too, not only each trial's settings and curve (the "
+        "JSB smoke preset's trials: 1.3x the time on 2 cores; up to Nx where N "
+        "trials would run at once)",
+    )
+    p.add_argument(
+        "--seeds",
+        type=int,
+        metavar="N",
+        help="run each setting N times, with seeds fixed.seed to fixed.seed+N-1 "
+        "(--set seeds=N): a study of one setting per cell then gets an interval "
+        "per cell",
+    )
+    p.add_argument(
+        "--register-model",
+        metavar="NAME",
+        help="register the sweep's best model in the MLflow Model Registry as a "
+        "new version of NAME (--set register_model=NAME)",
+    )
 
 
 def overrides(args) -> list[str]:
     """The --set overrides, then those of --seeds, --deterministic and --register-model."""
-    return args.overrides + ([f"seeds={args.seeds}"] if args.seeds is not None else []) + (
-        ["max_concurrent=1"] if args.deterministic else []) + (
-        [f"register_model={json.dumps(args.register_model)}"] if args.register_model else [])
+    return (
+        args.overrides
+        + ([f"seeds={args.seeds}"] if args.seeds is not None else [])
+        + (["max_concurrent=1"] if args.deterministic else [])
+        + ([f"register_model={json.dumps(args.register_model)}"] if args.register_model else [])
+    )
 
 
 def add_sweep(sub):
-    p = sub.add_parser("sweep", help="run, resume and submit sweeps",
-                       description="Run a search space on Ray Tune, recorded in MLflow.")
+    p = sub.add_parser(
+        "sweep",
+        help="run, resume and submit sweeps",
+        description="Run a search space on Ray Tune, recorded in MLflow.",
+    )
     ssub = p.add_subparsers(dest="sweep_command", required=True)
 
-    run = ssub.add_parser("run", help="run a sweep on a local Ray or a cluster",
-                          description="Run a sweep: a local Ray by default, or join the "
-                          "cluster at --address.")
+    run = ssub.add_parser(
+        "run",
+        help="run a sweep on a local Ray or a cluster",
+        description="Run a sweep: a local Ray by default, or join the cluster at --address.",
+    )
     add_run_options(run)
     run.add_argument("--address", help="Ray cluster address to join (HOST:PORT or auto)")
     run.add_argument("--json", action="store_true", help="print the summary as JSON")
     run.set_defaults(run=cmd_run)
 
-    resume = ssub.add_parser("resume", help="resume an interrupted sweep by name",
-                             description="Resume an interrupted sweep: finished trials are "
-                             "not rerun.")
+    resume = ssub.add_parser(
+        "resume",
+        help="resume an interrupted sweep by name",
+        description="Resume an interrupted sweep: finished trials are not rerun.",
+    )
     resume.add_argument("name", help="the sweep's name (see results/sweeps/)")
     resume.add_argument("--address", help="Ray cluster address to join")
     resume.add_argument("--storage-path", help=STORAGE_HELP)
     resume.add_argument("--json", action="store_true", help="print the summary as JSON")
     resume.set_defaults(run=cmd_resume)
 
-    check = ssub.add_parser("check", help="validate a space and list its cells",
-                            description="Validate a search space (with preset and "
-                            "overrides) and print its cells; nothing runs.")
+    check = ssub.add_parser(
+        "check",
+        help="validate a space and list its cells",
+        description="Validate a search space (with preset and "
+        "overrides) and print its cells; nothing runs.",
+    )
     check.add_argument("space", help=SPACE_HELP)
     check.add_argument("--preset", help="a preset of the space")
-    check.add_argument("--set", dest="overrides", action="append", default=[],
-                       metavar="KEY=VALUE", help="override a space field")
-    check.add_argument("--data-dir", help="data dir (default: $RHNSEARCH_DATA_DIR or user "
-                       "cache): word widths are solved for its vocabulary if it is there")
+    check.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a space field",
+    )
+    check.add_argument(
+        "--data-dir",
+        help="data dir (default: $RHNSEARCH_DATA_DIR or user "
+        "cache): word widths are solved for its vocabulary if it is there",
+    )
     check.set_defaults(run=cmd_check)
 
-    plan = ssub.add_parser("plan", help="what a sweep will cost, before it runs",
-                           description="Time a few training and validation batches of every "
-                           "cell on this machine's device and print, per cell and in total, "
-                           "seconds per epoch, the trial-epochs FIFO would run and those the "
-                           "space's scheduler is expected to run, device-hours and the wall "
-                           "time on N devices.")
+    plan = ssub.add_parser(
+        "plan",
+        help="what a sweep will cost, before it runs",
+        description="Time a few training and validation batches of every "
+        "cell on this machine's device and print, per cell and in total, "
+        "seconds per epoch, the trial-epochs FIFO would run and those the "
+        "space's scheduler is expected to run, device-hours and the wall "
+        "time on N devices.",
+    )
     plan.add_argument("space", help=SPACE_HELP)
     plan.add_argument("--preset", help="a preset of the space")
-    plan.add_argument("--set", dest="overrides", action="append", default=[],
-                      metavar="KEY=VALUE", help="override a space field")
-    plan.add_argument("--scheduler", choices=["cell_asha", "asha", "fifo"],
-                      help="default: the space's")
+    plan.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a space field",
+    )
+    plan.add_argument(
+        "--scheduler", choices=["cell_asha", "asha", "fifo"], help="default: the space's"
+    )
     plan.add_argument("--data-dir", help="data dir (default: $RHNSEARCH_DATA_DIR or user cache)")
     devices = plan.add_mutually_exclusive_group()
     devices.add_argument("--gpus", type=int, metavar="N", help="GPUs the sweep will have")
-    devices.add_argument("--cpus", type=int, metavar="N",
-                         help="CPU cores the sweep will have (default: this machine's, for a "
-                         "space of CPU trials)")
+    devices.add_argument(
+        "--cpus",
+        type=int,
+        metavar="N",
+        help="CPU cores the sweep will have (default: this machine's, for a space of CPU trials)",
+    )
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.set_defaults(run=cmd_plan)
 
-    submit = ssub.add_parser("submit", help="submit a sweep as a Ray Job",
-                             description="Submit the sweep to a Ray cluster through the "
-                             "Jobs API (entrypoint and runtime_env from jobs/).")
+    submit = ssub.add_parser(
+        "submit",
+        help="submit a sweep as a Ray Job",
+        description="Submit the sweep to a Ray cluster through the "
+        "Jobs API (entrypoint and runtime_env from jobs/).",
+    )
     add_run_options(submit)
-    submit.add_argument("--address", required=True,
-                        help="the cluster's dashboard, e.g. http://127.0.0.1:8265")
+    submit.add_argument(
+        "--address", required=True, help="the cluster's dashboard, e.g. http://127.0.0.1:8265"
+    )
     submit.add_argument("--follow", action="store_true", help="follow the logs to the end")
     submit.set_defaults(run=cmd_submit)
 
-    for verb, text in [("logs", "print a submitted sweep's logs"),
-                       ("status", "print a submitted sweep's status")]:
+    for verb, text in [
+        ("logs", "print a submitted sweep's logs"),
+        ("status", "print a submitted sweep's status"),
+    ]:
         q = ssub.add_parser(verb, help=text, description=text[0].upper() + text[1:] + ".")
         q.add_argument("job", help="job id printed by `sweep submit`")
         q.add_argument("--address", required=True, help="e.g. http://127.0.0.1:8265")
@@ -128,22 +195,33 @@ def format_summary(summary: dict) -> str:
     best_text = "no trial finished"
     if best:
         p = best["params"]
-        best_text = (f"best valid_loss {best['best_valid_loss']:.4f} ({p.get('arch')} depth "
-                     f"{p.get('depth')} width {p.get('width')}, run {best['run_id'][:8]})")
-    overhead = summary["wall_seconds"] / summary["train_seconds"] if summary[
-        "train_seconds"] else float("nan")
-    ending = "" if summary["complete"] else (
-        f"; not finished: `rhnsearch sweep resume {summary['name']}` continues it")
-    return (f"sweep {summary['name']}: {summary['trials']} trials: {summary['completed']} "
-            f"completed, {summary['stopped']} stopped early, {summary['diverged']} diverged, "
-            f"{summary['failed']} failed, {summary['running']} unfinished; {best_text}; "
-            f"wall {summary['wall_seconds']:.0f}s for {summary['train_seconds']:.0f}s of "
-            f"training ({overhead:.2f}x){ending}")
+        best_text = (
+            f"best valid_loss {best['best_valid_loss']:.4f} ({p.get('arch')} depth "
+            f"{p.get('depth')} width {p.get('width')}, run {best['run_id'][:8]})"
+        )
+    overhead = (
+        summary["wall_seconds"] / summary["train_seconds"]
+        if summary["train_seconds"]
+        else float("nan")
+    )
+    ending = (
+        ""
+        if summary["complete"]
+        else (f"; not finished: `rhnsearch sweep resume {summary['name']}` continues it")
+    )
+    return (
+        f"sweep {summary['name']}: {summary['trials']} trials: {summary['completed']} "
+        f"completed, {summary['stopped']} stopped early, {summary['diverged']} diverged, "
+        f"{summary['failed']} failed, {summary['running']} unfinished; {best_text}; "
+        f"wall {summary['wall_seconds']:.0f}s for {summary['train_seconds']:.0f}s of "
+        f"training ({overhead:.2f}x){ending}"
+    )
 
 
 def report(summary, as_json) -> int:
     """Print the summary; exit code 0 only if every trial completed, stopped or diverged."""
     from .output import print_json
+
     print(format_summary(summary), file=sys.stderr)
     if as_json:
         print_json(summary)
@@ -155,6 +233,7 @@ def sweep_then_report(sweep, as_json) -> int:
     Ray and Tune print (trial logs, progress, its nodes' messages) goes to stderr, and Ray is
     disconnected before the line is printed, so no late message can follow it."""
     import ray
+
     with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
         try:
             summary = sweep()
@@ -165,33 +244,55 @@ def sweep_then_report(sweep, as_json) -> int:
 
 def cmd_run(args):
     from ..search.sweep import run_sweep
-    return sweep_then_report(lambda: run_sweep(
-        args.space, args.preset, overrides(args), args.address, args.search, args.scheduler,
-        args.data_dir, args.tracking_uri, args.experiment, args.name, args.storage_path),
-        args.json)
+
+    return sweep_then_report(
+        lambda: run_sweep(
+            args.space,
+            args.preset,
+            overrides(args),
+            args.address,
+            args.search,
+            args.scheduler,
+            args.data_dir,
+            args.tracking_uri,
+            args.experiment,
+            args.name,
+            args.storage_path,
+        ),
+        args.json,
+    )
 
 
 def cmd_resume(args):
     from ..search.sweep import resume_sweep
-    return sweep_then_report(lambda: resume_sweep(args.name, args.address, args.storage_path),
-                             args.json)
+
+    return sweep_then_report(
+        lambda: resume_sweep(args.name, args.address, args.storage_path), args.json
+    )
 
 
 def cmd_check(args):
     from ..data import load_dataset
     from ..search.space import load_space
+
     space = load_space(args.space, args.preset, args.overrides)
-    print(f"{space.study}: {space.num_trials} trials, dataset {space.dataset}, search "
-          f"{space.search}, scheduler {space.scheduler.name}, {space.epochs} epochs max")
+    print(
+        f"{space.study}: {space.num_trials} trials, dataset {space.dataset}, search "
+        f"{space.search}, scheduler {space.scheduler.name}, {space.epochs} epochs max"
+    )
     try:  # word widths depend on the vocabulary: the data's own, if it is at hand
         data = load_dataset(space.dataset, args.data_dir, allow_fetch=False)
     except UserError:
         data = None
-        print(f"  ({space.dataset} is not in the data dir: word widths are solved for a "
-              "10,000-word vocabulary; a sweep solves them for the data's own)")
+        print(
+            f"  ({space.dataset} is not in the data dir: word widths are solved for a "
+            "10,000-word vocabulary; a sweep solves them for the data's own)"
+        )
     for cell in space.cells_for(data).values():
-        print(f"  {cell['arch']:>7} depth {cell['depth']:>2} tied {str(cell['tied']):5} "
-              f"width {cell['width']:>5} params {cell['params']:>11,}")
+        print(
+            f"  {cell['arch']:>7} depth {cell['depth']:>2} tied {str(cell['tied']):5} "
+            f"width {cell['width']:>5} params {cell['params']:>11,}"
+        )
 
 
 def cmd_plan(args):
@@ -202,45 +303,79 @@ def cmd_plan(args):
     from ..search.plan import plan, timed_on, timing_data, totals
     from ..search.space import load_space
     from .output import print_json
+
     space = load_space(args.space, args.preset, args.overrides)
     on_gpu = args.gpus is not None or (args.cpus is None and space.resources.gpu > 0)
     per_trial = space.resources.gpu if on_gpu else space.resources.cpu
     if per_trial <= 0:
-        raise UserError("the space's trials ask for no GPU (resources.gpu is 0): plan with "
-                        "--cpus N, or --set resources.gpu=1")
-    devices = (args.gpus or max(1, torch.cuda.device_count())) if on_gpu else (
-        args.cpus or os.cpu_count())
+        raise UserError(
+            "the space's trials ask for no GPU (resources.gpu is 0): plan with "
+            "--cpus N, or --set resources.gpu=1"
+        )
+    devices = (
+        (args.gpus or max(1, torch.cuda.device_count()))
+        if on_gpu
+        else (args.cpus or os.cpu_count())
+    )
     where = timed_on(space)
     data, data_name = timing_data(space, args.data_dir)
     print(f"{space.study}: timing each cell on {where}, with {data_name}", file=sys.stderr)
-    rows = plan(space, data, args.scheduler,
-                on_progress=lambda cell: print(f"  timing {cell}", file=sys.stderr))
+    rows = plan(
+        space,
+        data,
+        args.scheduler,
+        on_progress=lambda cell: print(f"  timing {cell}", file=sys.stderr),
+    )
     unit = "GPU" if on_gpu else "CPU"
     total = totals(rows, per_trial, devices)
     if args.json:
-        print_json({"study": space.study, "timed_on": where, "data": data_name,
-                    "devices": devices, "unit": unit,
-                    "per_trial": per_trial, "cells": [
-                        {**vars(row), "seconds": row.seconds} for row in rows], **total})
+        print_json(
+            {
+                "study": space.study,
+                "timed_on": where,
+                "data": data_name,
+                "devices": devices,
+                "unit": unit,
+                "per_trial": per_trial,
+                "cells": [{**vars(row), "seconds": row.seconds} for row in rows],
+                **total,
+            }
+        )
         return
-    print(f"{'cell':<18} {'params':>11} {'s/epoch':>8} {'FIFO trial-epochs':>17} "
-          f"{(args.scheduler or space.scheduler.name) + ' (expected)':>20} {'hours':>7}")
+    print(
+        f"{'cell':<18} {'params':>11} {'s/epoch':>8} {'FIFO trial-epochs':>17} "
+        f"{(args.scheduler or space.scheduler.name) + ' (expected)':>20} {'hours':>7}"
+    )
     for row in rows:
-        print(f"{row.cell:<18} {row.params:>11,} {row.epoch_seconds:>8.2f} "
-              f"{row.fifo_epochs:>17,} {row.expected_epochs:>20,.0f} {row.seconds / 3600:>7.2f}")
-    print(f"total: {sum(r.fifo_epochs for r in rows):,} trial-epochs under FIFO, "
-          f"{sum(r.expected_epochs for r in rows):,.0f} expected; "
-          f"{total['trial_seconds'] / 3600:.2f} hours of trials, {total['device_hours']:.2f} "
-          f"{unit}-hours; wall about {total['wall_seconds'] / 3600:.2f} h on {devices:g} "
-          f"{unit}s ({per_trial:g} a trial), timed on {where} with {data_name}")
+        print(
+            f"{row.cell:<18} {row.params:>11,} {row.epoch_seconds:>8.2f} "
+            f"{row.fifo_epochs:>17,} {row.expected_epochs:>20,.0f} {row.seconds / 3600:>7.2f}"
+        )
+    print(
+        f"total: {sum(r.fifo_epochs for r in rows):,} trial-epochs under FIFO, "
+        f"{sum(r.expected_epochs for r in rows):,.0f} expected; "
+        f"{total['trial_seconds'] / 3600:.2f} hours of trials, {total['device_hours']:.2f} "
+        f"{unit}-hours; wall about {total['wall_seconds'] / 3600:.2f} h on {devices:g} "
+        f"{unit}s ({per_trial:g} a trial), timed on {where} with {data_name}"
+    )
 
 
 def cmd_submit(args):
     from ..search.jobs import submit
-    job_id = submit(args.address, args.space, args.tracking_uri, args.storage_path,
-                    args.preset, overrides(args), args.name, search=args.search,
-                    scheduler=args.scheduler, data_dir=args.data_dir,
-                    experiment=args.experiment)
+
+    job_id = submit(
+        args.address,
+        args.space,
+        args.tracking_uri,
+        args.storage_path,
+        args.preset,
+        overrides(args),
+        args.name,
+        search=args.search,
+        scheduler=args.scheduler,
+        data_dir=args.data_dir,
+        experiment=args.experiment,
+    )
     print(job_id)
     if args.follow:
         return follow(args.address, job_id)
@@ -248,6 +383,7 @@ def cmd_submit(args):
 
 def follow(address: str, job_id: str) -> int:
     from ..search.jobs import follow_logs
+
     status = follow_logs(address, job_id, sys.stdout)
     print(f"{job_id}: {status}", file=sys.stderr)
     return 0 if status == "SUCCEEDED" else 1
@@ -255,6 +391,7 @@ def follow(address: str, job_id: str) -> int:
 
 def cmd_logs(args):
     from ..search.jobs import job_call
+
     if args.follow:
         return follow(args.address, args.job)
     print(job_call(args.address, args.job, "get_job_logs"), end="")
@@ -262,4 +399,5 @@ def cmd_logs(args):
 
 def cmd_status(args):
     from ..search.jobs import job_status
+
     print(job_status(args.address, args.job))

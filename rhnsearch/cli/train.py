@@ -1,4 +1,5 @@
 """`rhnsearch train` (one configuration) and `rhnsearch budget` (widths for a budget)."""
+
 import argparse
 import sys
 from dataclasses import fields
@@ -11,11 +12,17 @@ from .output import print_json
 
 
 def add_train(sub):
-    p = sub.add_parser("train", help="train one configuration and print its metrics",
-                       description="Train one configuration epoch by epoch; progress on "
-                       "stderr, final metrics as JSON on the last stdout line with --json.")
-    p.add_argument("--task", choices=sorted(TASKS),
-                   help="train on the task's own dataset (jsb or ptb) unless --dataset is given")
+    p = sub.add_parser(
+        "train",
+        help="train one configuration and print its metrics",
+        description="Train one configuration epoch by epoch; progress on "
+        "stderr, final metrics as JSON on the last stdout line with --json.",
+    )
+    p.add_argument(
+        "--task",
+        choices=sorted(TASKS),
+        help="train on the task's own dataset (jsb or ptb) unless --dataset is given",
+    )
     p.add_argument("--data-dir", help="data dir (default: $RHNSEARCH_DATA_DIR or user cache)")
     p.add_argument("--checkpoint-dir", help="save the trainer here each epoch; resume from it")
     p.add_argument("--json", action="store_true", help="print final metrics as one JSON line")
@@ -24,8 +31,9 @@ def add_train(sub):
         if f.type in (bool, "bool"):
             p.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default)
         else:
-            kind = {"int": int, "float": float, "str": str}.get(getattr(f.type, "__name__",
-                                                                       str(f.type)), str)
+            kind = {"int": int, "float": float, "str": str}.get(
+                getattr(f.type, "__name__", str(f.type)), str
+            )
             p.add_argument(flag, type=kind, default=f.default, help=f"default {f.default}")
     p.set_defaults(run=run_train)
 
@@ -45,9 +53,13 @@ def run_train(args):
         print(f"resumed from {ckpt} at epoch {trainer.epoch}", file=sys.stderr)
 
     def progress(m):
-        print(f"epoch {m['epoch']:>3}/{config.epochs}  train {m['train_loss']:.4f}  "
-              f"valid {m['valid_loss']:.4f}  lr {m['lr']:.3g}  |g| {m['grad_norm']:.3g}  "
-              f"{m['epoch_seconds']:.1f}s  {m['status']}", file=sys.stderr, flush=True)
+        print(
+            f"epoch {m['epoch']:>3}/{config.epochs}  train {m['train_loss']:.4f}  "
+            f"valid {m['valid_loss']:.4f}  lr {m['lr']:.3g}  |g| {m['grad_norm']:.3g}  "
+            f"{m['epoch_seconds']:.1f}s  {m['status']}",
+            file=sys.stderr,
+            flush=True,
+        )
         if ckpt:
             ckpt.mkdir(parents=True, exist_ok=True)
             trainer.save(ckpt)
@@ -60,9 +72,11 @@ def run_train(args):
 
 
 def add_budget(sub):
-    p = sub.add_parser("budget", help="widths that fit a parameter budget, per depth",
-                       description="Solve the width whose parameter count is nearest the "
-                       "budget, for each depth.")
+    p = sub.add_parser(
+        "budget",
+        help="widths that fit a parameter budget, per depth",
+        description="Solve the width whose parameter count is nearest the budget, for each depth.",
+    )
     p.add_argument("--task", choices=sorted(TASKS), required=True)
     p.add_argument("--arch", required=True, help="rhn, hsg, dtrnn, dtsrnn or lstm")
     p.add_argument("--depths", required=True, help="e.g. 1-10 or 1,2,4,6")
@@ -80,8 +94,13 @@ def run_budget(args):
     rows = []
     for depth in parse_depths(args.depths):
         width = solve_width(budget, args.task, args.arch, depth, args.tied, args.vocab)
-        rows.append({"depth": depth, "width": width, "params": count_params(
-            args.task, args.arch, depth, width, args.tied, args.vocab)})
+        rows.append(
+            {
+                "depth": depth,
+                "width": width,
+                "params": count_params(args.task, args.arch, depth, width, args.tied, args.vocab),
+            }
+        )
     out = sys.stderr if args.json else sys.stdout
     print(f"{'depth':>5} {'width':>6} {'params':>12}", file=out)
     for r in rows:

@@ -1,4 +1,5 @@
 """`rhnsearch ui`: the MLflow UI on the results store, bound to loopback by default."""
+
 import os
 import signal
 import socket
@@ -10,15 +11,23 @@ from ..errors import UserError
 
 
 def add_ui(sub):
-    p = sub.add_parser("ui", help="serve the MLflow UI on the results store",
-                       description="Serve the MLflow UI on the default store (or "
-                       "--tracking-uri), bound to 127.0.0.1 unless --host is given, and "
-                       "print the link to each study's table of runs.")
+    p = sub.add_parser(
+        "ui",
+        help="serve the MLflow UI on the results store",
+        description="Serve the MLflow UI on the default store (or "
+        "--tracking-uri), bound to 127.0.0.1 unless --host is given, and "
+        "print the link to each study's table of runs.",
+    )
     p.add_argument("--port", type=int, default=5000)
-    p.add_argument("--host", default="127.0.0.1",
-                   help="bind address; expose beyond loopback only behind a firewall/tunnel")
-    p.add_argument("--tracking-uri", help="store to serve (default: $MLFLOW_TRACKING_URI, "
-                   "else sqlite:///results/mlflow.db)")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="bind address; expose beyond loopback only behind a firewall/tunnel",
+    )
+    p.add_argument(
+        "--tracking-uri",
+        help="store to serve (default: $MLFLOW_TRACKING_URI, else sqlite:///results/mlflow.db)",
+    )
     p.set_defaults(run=run_ui)
 
 
@@ -35,18 +44,35 @@ def run_ui(args):
 
     with socket.socket() as probe:
         if probe.connect_ex((args.host, args.port)) == 0:
-            raise UserError(f"port {args.port} on {args.host} is already in use: pass "
-                            "--port with a free one")
+            raise UserError(
+                f"port {args.port} on {args.host} is already in use: pass --port with a free one"
+            )
     uri = open_store(args.tracking_uri)
     base = f"http://{args.host}:{args.port}"
     print(f"MLflow UI on {base} for {uri}", file=sys.stderr)
     for experiment in MlflowClient(uri).search_experiments():
         if experiment.name != "Default":
-            print(f"  {experiment.name}: {runs_table_url(base, experiment.experiment_id)}",
-                  file=sys.stderr)
+            print(
+                f"  {experiment.name}: {runs_table_url(base, experiment.experiment_id)}",
+                file=sys.stderr,
+            )
     sys.stderr.flush()
-    return serve([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri,
-                  "--host", args.host, "--port", str(args.port), "--workers", "1"])
+    return serve(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            uri,
+            "--host",
+            args.host,
+            "--port",
+            str(args.port),
+            "--workers",
+            "1",
+        ]
+    )
 
 
 def serve(command: list[str]) -> int:

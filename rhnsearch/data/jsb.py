@@ -1,4 +1,5 @@
 """JSB Chorales: JSON split file -> 88-key piano rolls -> padded, masked (T, B, 88) batches."""
+
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ SPLITS = ("train", "valid", "test")
 @dataclass
 class JSBData:
     """Piano rolls per split, each a (T_i, 88) float tensor."""
+
     train: list
     valid: list
     test: list
@@ -29,8 +31,10 @@ def piano_roll(chorale, where: str) -> torch.Tensor:
     for t, step in enumerate(chorale):
         for pitch in step:
             if not isinstance(pitch, (int, float)) or not LOW <= pitch <= HIGH:
-                raise UserError(f"{where}, step {t}: pitch {pitch!r} is outside the piano "
-                                f"range {LOW}..{HIGH}; the file is not JSB Chorales data")
+                raise UserError(
+                    f"{where}, step {t}: pitch {pitch!r} is outside the piano "
+                    f"range {LOW}..{HIGH}; the file is not JSB Chorales data"
+                )
             roll[t, int(pitch) - LOW] = 1.0
     return roll
 
@@ -40,8 +44,10 @@ def load_jsb(path: Path) -> JSBData:
     try:
         raw = json.loads(Path(path).read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"cannot read JSB Chorales from {path}: {exc}; delete it and run "
-                        "`rhnsearch data fetch jsb`") from None
+        raise UserError(
+            f"cannot read JSB Chorales from {path}: {exc}; delete it and run "
+            "`rhnsearch data fetch jsb`"
+        ) from None
     if not isinstance(raw, dict) or any(s not in raw for s in SPLITS):
         raise UserError(f"{path} must be a JSON object with keys {', '.join(SPLITS)}")
     splits = {}
@@ -59,11 +65,14 @@ def batches(rolls: list, batch_size: int, generator: torch.Generator | None = No
     inputs/targets are (T, B, 88), mask is (T, B) with 1 at real steps. Order is shuffled
     when a generator is given, else kept.
     """
-    order = (torch.randperm(len(rolls), generator=generator).tolist() if generator is not None
-             else range(len(rolls)))
+    order = (
+        torch.randperm(len(rolls), generator=generator).tolist()
+        if generator is not None
+        else range(len(rolls))
+    )
     order = list(order)
     for start in range(0, len(order), batch_size):
-        chunk = [rolls[i] for i in order[start:start + batch_size]]
+        chunk = [rolls[i] for i in order[start : start + batch_size]]
         steps = max(len(r) for r in chunk) - 1
         inputs = torch.zeros(steps, len(chunk), KEYS)
         targets = torch.zeros(steps, len(chunk), KEYS)

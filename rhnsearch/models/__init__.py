@@ -3,6 +3,7 @@
 Each arch but the LSTM baseline is a cell (cells.py: the math, in textbook form) run by
 `Recurrent` (recurrent.py) on a reference or a fused backend (fused/).
 """
+
 import torch
 from torch import nn
 
@@ -15,9 +16,22 @@ from .recurrent import BACKENDS, Recurrent
 
 ARCHS = (*CELLS, "lstm")
 
-__all__ = ["ARCHS", "BACKENDS", "CELLS", "DTRNNCell", "DTSRNNCell", "HSGCell", "LSTM",
-           "RHNCell", "Recurrent", "SequenceModel", "build_layer", "build_model",
-           "check_arch", "detach_state"]
+__all__ = [
+    "ARCHS",
+    "BACKENDS",
+    "CELLS",
+    "DTRNNCell",
+    "DTSRNNCell",
+    "HSGCell",
+    "LSTM",
+    "RHNCell",
+    "Recurrent",
+    "SequenceModel",
+    "build_layer",
+    "build_model",
+    "check_arch",
+    "detach_state",
+]
 
 
 def check_arch(arch: str, depth: int = 1, width: int = 1):
@@ -25,15 +39,25 @@ def check_arch(arch: str, depth: int = 1, width: int = 1):
     if arch not in ARCHS:
         raise UserError(f"unknown arch {arch!r}: use one of {', '.join(ARCHS)}")
     if not (isinstance(depth, int) and isinstance(width, int)) or depth < 1 or width < 1:
-        raise UserError(f"depth and width must be positive integers, got depth={depth!r} "
-                        f"width={width!r}")
+        raise UserError(
+            f"depth and width must be positive integers, got depth={depth!r} width={width!r}"
+        )
     if arch == "lstm" and depth != 1:
-        raise UserError(f"lstm has no recurrence depth: use depth 1, not {depth} (a space "
-                        "gives it its own with arch_depths: {lstm: [1]})")
+        raise UserError(
+            f"lstm has no recurrence depth: use depth 1, not {depth} (a space "
+            "gives it its own with arch_depths: {lstm: [1]})"
+        )
 
 
-def build_layer(arch: str, input_size: int, width: int, depth: int, drop_i: float = 0.0,
-                drop_h: float = 0.0, backend: str = "auto") -> nn.Module:
+def build_layer(
+    arch: str,
+    input_size: int,
+    width: int,
+    depth: int,
+    drop_i: float = 0.0,
+    drop_h: float = 0.0,
+    backend: str = "auto",
+) -> nn.Module:
     """One recurrent layer: (T, B, input_size) -> (T, B, width)."""
     check_arch(arch, depth, width)
     if arch == "lstm":
@@ -41,11 +65,23 @@ def build_layer(arch: str, input_size: int, width: int, depth: int, drop_i: floa
     return Recurrent(CELLS[arch](input_size, width, depth), drop_i, drop_h, backend)
 
 
-def build_model(task: str, arch: str, depth: int, width: int, *, vocab_size: int = 0,
-                tied: bool = False, init_scale: float = 0.04, t_bias: float = -2.0,
-                hsg_bias: float = -2.5, drop_x: float = 0.0, drop_i: float = 0.0,
-                drop_h: float = 0.0, drop_o: float = 0.0,
-                backend: str = "auto") -> SequenceModel:
+def build_model(
+    task: str,
+    arch: str,
+    depth: int,
+    width: int,
+    *,
+    vocab_size: int = 0,
+    tied: bool = False,
+    init_scale: float = 0.04,
+    t_bias: float = -2.0,
+    hsg_bias: float = -2.5,
+    drop_x: float = 0.0,
+    drop_i: float = 0.0,
+    drop_h: float = 0.0,
+    drop_o: float = 0.0,
+    backend: str = "auto",
+) -> SequenceModel:
     """One recurrent layer of `arch` with the input and head of `task` ("jsb" or "ptb").
 
     All weights start uniform in [-init_scale, init_scale]; then the transform-gate biases
@@ -54,8 +90,7 @@ def build_model(task: str, arch: str, depth: int, width: int, *, vocab_size: int
     """
     the_task = get_task(task)
     the_task.check(tied)
-    layer = build_layer(arch, the_task.input_size(width), width, depth, drop_i, drop_h,
-                        backend)
+    layer = build_layer(arch, the_task.input_size(width), width, depth, drop_i, drop_h, backend)
     model = SequenceModel(the_task, layer, vocab_size, drop_x, drop_o, tied)
     with torch.no_grad():
         for p in model.parameters():

@@ -10,6 +10,7 @@ either over these cells (backend "reference") or in a fused loop with a hand-wri
 Notation: n = width, L = recurrence depth, x[t] the input, s or y the state, σ the logistic
 sigmoid. The equations, with references, are in docs/models.md.
 """
+
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -49,7 +50,7 @@ class RHNCell(nn.Module):
 
     def transform_bias(self, layer: int) -> torch.Tensor:
         """b_T of highway layer `layer` (0-based), a view: writable under torch.no_grad()."""
-        return self.recurrent[layer].bias[self.width:]
+        return self.recurrent[layer].bias[self.width :]
 
 
 class HSGCell(RHNCell):
@@ -74,7 +75,7 @@ class HSGCell(RHNCell):
 class DTRNNCell(nn.Module):
     """Deep-transition RNN cell (Pascanu et al. 2014): an L-layer tanh MLP from y[t-1] to y[t].
 
-        z_1 = tanh(W x[t] + R_1 y[t-1] + b_1),  z_l = tanh(R_l z_{l-1} + b_l),  y[t] = z_L
+    z_1 = tanh(W x[t] + R_1 y[t-1] + b_1),  z_l = tanh(R_l z_{l-1} + b_l),  y[t] = z_L
     """
 
     shortcuts = False

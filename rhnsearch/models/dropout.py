@@ -1,4 +1,5 @@
 """Variational (Gal) dropout: one mask per sequence, reused at every step and layer."""
+
 import torch
 
 

@@ -1,5 +1,6 @@
 """The LSTM baseline: one LSTM layer with variational dropout on its input and its state
 (Gal & Ghahramani 2016: the "Variational LSTM" the RHN paper compares with)."""
+
 import torch
 from torch import nn
 from torch.nn import functional as F

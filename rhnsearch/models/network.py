@@ -1,4 +1,5 @@
 """A whole model: the task's input, one recurrent layer, output dropout and the task's head."""
+
 import torch
 from torch import nn
 
@@ -21,8 +22,15 @@ class SequenceModel(nn.Module):
     outputs are dropped with rate drop_o; `tied` shares the head's weights with the
     embedding."""
 
-    def __init__(self, task, layer: nn.Module, vocab_size: int = 0, drop_x: float = 0.0,
-                 drop_o: float = 0.0, tied: bool = False):
+    def __init__(
+        self,
+        task,
+        layer: nn.Module,
+        vocab_size: int = 0,
+        drop_x: float = 0.0,
+        drop_o: float = 0.0,
+        tied: bool = False,
+    ):
         super().__init__()
         self.task, self.layer, self.drop_x, self.drop_o = task, layer, drop_x, drop_o
         self.embedding = task.embedding(layer.width, vocab_size)
@@ -36,16 +44,18 @@ class SequenceModel(nn.Module):
             return inputs
         x = self.embedding(inputs)
         if self.training and self.drop_x > 0:  # keep[b, w]: is word w kept in sequence b
-            keep = variational_mask(self.drop_x, (inputs.shape[1],
-                                                  self.embedding.num_embeddings), x, True)
+            keep = variational_mask(
+                self.drop_x, (inputs.shape[1], self.embedding.num_embeddings), x, True
+            )
             x = x * keep.gather(1, inputs.t()).t().unsqueeze(-1)
         return x
 
     def forward(self, inputs: torch.Tensor, state=None, return_gates: bool = False):
         """(logits, final state[, gates of the layer])."""
         outputs, state, *gates = self.layer(self.embed(inputs), state, return_gates)
-        mask = variational_mask(self.drop_o, (outputs.shape[1], outputs.shape[2]), outputs,
-                                self.training)
+        mask = variational_mask(
+            self.drop_o, (outputs.shape[1], outputs.shape[2]), outputs, self.training
+        )
         return (self.head(apply_mask(outputs, mask)), state, *gates)
 
     def loss_sum(self, logits: torch.Tensor, targets: torch.Tensor, mask=None):

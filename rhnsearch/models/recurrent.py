@@ -1,4 +1,5 @@
 """`Recurrent`: one recurrent layer built around a cell (cells.py)."""
+
 import torch
 from torch import nn
 
@@ -21,8 +22,9 @@ class Recurrent(nn.Module):
     plus {"hsg": (T, B, n)} for HSG.
     """
 
-    def __init__(self, cell: nn.Module, drop_i: float = 0.0, drop_h: float = 0.0,
-                 backend: str = "auto"):
+    def __init__(
+        self, cell: nn.Module, drop_i: float = 0.0, drop_h: float = 0.0, backend: str = "auto"
+    ):
         super().__init__()
         if backend not in BACKENDS:
             raise UserError(f"unknown backend {backend!r}: use one of {', '.join(BACKENDS)}")
@@ -36,8 +38,9 @@ class Recurrent(nn.Module):
     def fused(self) -> bool:
         return self.backend != "reference" and fused.supports(self.cell)
 
-    def forward(self, x: torch.Tensor, state: torch.Tensor | None = None,
-                return_gates: bool = False):
+    def forward(
+        self, x: torch.Tensor, state: torch.Tensor | None = None, return_gates: bool = False
+    ):
         batch = x.shape[1]
         state = x.new_zeros(batch, self.width) if state is None else state
         mask_i = variational_mask(self.drop_i, (batch, self.input_size), x, self.training)
@@ -63,6 +66,6 @@ def _checkpoints_before_cells(module, state_dict, prefix, *args):
     """Load weights saved before the layers held cells (rhnsearch 0.1): `layer.X` and an HSG's
     `layer.rhn.X` are now `layer.cell.X`."""
     for key in [k for k in state_dict if k.startswith(prefix)]:
-        name = key[len(prefix):]
+        name = key[len(prefix) :]
         if not name.startswith("cell."):
             state_dict[prefix + "cell." + name.removeprefix("rhn.")] = state_dict.pop(key)

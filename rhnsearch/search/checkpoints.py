@@ -14,6 +14,7 @@ hold an epoch whose result the killed driver never saw).
 This reads Tune's saved state, whose layout is Tune's own: if it is not what is expected here,
 a warning says so and the resume goes on without the repair.
 """
+
 import json
 import logging
 import re
@@ -30,8 +31,10 @@ log = logging.getLogger("rhnsearch")
 
 
 # What Tune reads on resume: the newest file of each kind, and how it reads it.
-SAVED_STATE = {storage.EXPERIMENT_STATE: json.loads,
-               r"(basic-variant-state|search_gen_state)-.*\.json": cloudpickle.loads}
+SAVED_STATE = {
+    storage.EXPERIMENT_STATE: json.loads,
+    r"(basic-variant-state|search_gen_state)-.*\.json": cloudpickle.loads,
+}
 
 
 def newest(names: list[str], pattern: str) -> str | None:
@@ -54,17 +57,21 @@ class KeepNewestCheckpoint(Callback):
         folder, name = checkpoint.path.rstrip("/").rsplit("/", 1)
         older = self.newest.get(trial.trial_id)
         self.newest[trial.trial_id] = name
-        storage.LATER.put(f"prune {folder}/{older or '*'}", lambda: prune(
-            checkpoint.filesystem, folder, [older] if older else None, keep=name))
+        storage.LATER.put(
+            f"prune {folder}/{older or '*'}",
+            lambda: prune(checkpoint.filesystem, folder, [older] if older else None, keep=name),
+        )
 
 
 def prune(filesystem, folder: str, names: list[str] | None, keep: str):
     """Delete the checkpoints `names` of a trial's folder (None: every one older than `keep`;
     a newer one may be there already, written but not yet registered)."""
     if names is None:
-        names = [info.base_name for info in filesystem.get_file_info(
-            pafs.FileSelector(folder, allow_not_found=True))
-            if re.fullmatch(r"checkpoint_\d{6}", info.base_name)]
+        names = [
+            info.base_name
+            for info in filesystem.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
+            if re.fullmatch(r"checkpoint_\d{6}", info.base_name)
+        ]
     for name in names:
         if name < keep:
             filesystem.delete_dir(f"{folder}/{name}")
@@ -80,8 +87,10 @@ def saved_trials(experiment: str) -> list:
 
 def saved_trial_ids(experiment: str) -> set[str]:
     """The trials in Tune's newest saved experiment state."""
-    return {(json.loads(info) if isinstance(info, str) else info)["trial_id"]
-            for info, _ in saved_trials(experiment)}
+    return {
+        (json.loads(info) if isinstance(info, str) else info)["trial_id"]
+        for info, _ in saved_trials(experiment)
+    }
 
 
 def check_saved_state(experiment: str):
@@ -95,10 +104,12 @@ def check_saved_state(experiment: str):
         try:
             load(storage.read_bytes(storage.join(experiment, name)))
         except Exception as exc:  # whatever the loader raises, the file cannot be read
-            raise UserError(f"Tune's saved state {name} in {experiment} cannot be read "
-                            f"({type(exc).__name__}: {str(exc)[:80] or 'empty file'}): this "
-                            "sweep cannot be resumed; start it again with `rhnsearch sweep "
-                            "run` under another --name") from None
+            raise UserError(
+                f"Tune's saved state {name} in {experiment} cannot be read "
+                f"({type(exc).__name__}: {str(exc)[:80] or 'empty file'}): this "
+                "sweep cannot be resumed; start it again with `rhnsearch sweep "
+                "run` under another --name"
+            ) from None
 
 
 def stale_checkpoints(experiment: str) -> list[tuple[str, str]]:
@@ -108,8 +119,11 @@ def stale_checkpoints(experiment: str) -> list[tuple[str, str]]:
     for trial in saved_trials(experiment):
         info, run = (json.loads(part) if isinstance(part, str) else part for part in trial)
         manager = run.get("checkpoint_manager") or {}
-        saved = (bytes.fromhex(manager["value"]).decode("latin-1")  # its pickle, not loaded
-                 if manager.get("_type") == "CLOUDPICKLE_FALLBACK" else json.dumps(manager))
+        saved = (
+            bytes.fromhex(manager["value"]).decode("latin-1")  # its pickle, not loaded
+            if manager.get("_type") == "CLOUDPICKLE_FALLBACK"
+            else json.dumps(manager)
+        )
         named = re.findall(r"checkpoint_\d{6}", saved)
         trial_dir = storage.join(experiment, info["relative_logdir"])
         if named and max(named) not in storage.listdir(trial_dir):
@@ -122,15 +136,27 @@ def repair_checkpoint_names(experiment: str):
     try:
         stale = stale_checkpoints(experiment)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        log.warning("Tune's saved state in %s is not laid out as this version of rhnsearch "
-                    "expects (%s: %s); resuming without checking its checkpoint names",
-                    experiment, type(exc).__name__, exc)
+        log.warning(
+            "Tune's saved state in %s is not laid out as this version of rhnsearch "
+            "expects (%s: %s); resuming without checking its checkpoint names",
+            experiment,
+            type(exc).__name__,
+            exc,
+        )
         return
     for trial_dir, name in stale:
-        newer = [c for c in storage.listdir(trial_dir)
-                 if re.fullmatch(r"checkpoint_\d{6}", c) and c > name
-                 and storage.is_zip(storage.join(trial_dir, c, CHECKPOINT_FILE))]
+        newer = [
+            c
+            for c in storage.listdir(trial_dir)
+            if re.fullmatch(r"checkpoint_\d{6}", c)
+            and c > name
+            and storage.is_zip(storage.join(trial_dir, c, CHECKPOINT_FILE))
+        ]
         if newer:  # (one cut short by the kill is not a zip yet)
             storage.move(storage.join(trial_dir, newer[0]), storage.join(trial_dir, name))
-            log.info("%s: resuming from %s (Tune's state named %s, which it had deleted)",
-                     trial_dir.rsplit("/", 1)[-1], newer[0], name)
+            log.info(
+                "%s: resuming from %s (Tune's state named %s, which it had deleted)",
+                trial_dir.rsplit("/", 1)[-1],
+                newer[0],
+                name,
+            )

@@ -1,5 +1,6 @@
 """Ray for a sweep: a local Ray on loopback, or the cluster at an address, and the resources
 the space asks for checked against it before anything is recorded."""
+
 import logging
 import os
 import socket
@@ -20,13 +21,16 @@ def check_address(address: str):
     url = urlparse(address if "://" in address else f"ray://{address}")
     host, port = url.hostname, url.port
     if not host or not port:
-        raise UserError(f"cannot read Ray address {address!r}: write HOST:PORT (e.g. "
-                        "127.0.0.1:6379) or auto")
+        raise UserError(
+            f"cannot read Ray address {address!r}: write HOST:PORT (e.g. 127.0.0.1:6379) or auto"
+        )
     try:
         socket.create_connection((host, port), timeout=5).close()
     except OSError as exc:
-        raise UserError(f"Ray at {address} is not reachable ({exc.strerror or exc}): start it "
-                        "with `ray start --head` or check the address") from None
+        raise UserError(
+            f"Ray at {address} is not reachable ({exc.strerror or exc}): start it "
+            "with `ray start --head` or check the address"
+        ) from None
 
 
 def start_ray(address: str | None):
@@ -47,21 +51,28 @@ def start_ray(address: str | None):
         try:
             ray.init(address=address, logging_level=logging.WARNING, runtime_env=runtime_env)
         except (ConnectionError, RuntimeError) as exc:
-            raise UserError(f"could not join the Ray cluster at {address}: "
-                            f"{first_line(exc)}") from None
+            raise UserError(
+                f"could not join the Ray cluster at {address}: {first_line(exc)}"
+            ) from None
     else:
-        ray.init(include_dashboard=False, logging_level=logging.WARNING, runtime_env=runtime_env,
-                 _node_ip_address="127.0.0.1")  # a local Ray stays on loopback
+        ray.init(
+            include_dashboard=False,
+            logging_level=logging.WARNING,
+            runtime_env=runtime_env,
+            _node_ip_address="127.0.0.1",
+        )  # a local Ray stays on loopback
 
 
 def check_gpus(gpu: float, local: bool):
     """A trial asking for a GPU that Ray does not have would wait forever. A local Ray (not
     started yet) has the GPUs torch sees; a cluster may autoscale GPU nodes (a warning)."""
     import torch
-    if gpu > 0 and not (torch.cuda.is_available() if local
-                        else ray.cluster_resources().get("GPU")):
-        message = (f"the space asks for {gpu} GPU per trial but Ray has no GPU: pass --set "
-                   "resources.gpu=0 to train on CPUs")
+
+    if gpu > 0 and not (torch.cuda.is_available() if local else ray.cluster_resources().get("GPU")):
+        message = (
+            f"the space asks for {gpu} GPU per trial but Ray has no GPU: pass --set "
+            "resources.gpu=0 to train on CPUs"
+        )
         if local:
             raise UserError(message)
         log.warning("%s (unless the cluster autoscales GPU nodes)", message)

@@ -4,6 +4,7 @@ The job runs `rhnsearch sweep run` on the cluster in a temporary copy of the pro
 results must go where they outlive the job (an MLflow server, shared storage), and its data
 dir is the cluster's.
 """
+
 import asyncio
 import os
 import shlex
@@ -25,20 +26,38 @@ RUNTIME_ENV = Path("jobs/runtime_env.yaml")
 
 def job_client(address: str):
     from ray.job_submission import JobSubmissionClient
+
     check_address(address)
     try:
         return JobSubmissionClient(address)
     except Exception as exc:  # the client's own connection errors
-        raise UserError(f"no Ray Jobs API at {address} ({first_line(exc, 160)}): "
-                        "pass the dashboard address, e.g. http://127.0.0.1:8265") from None
+        raise UserError(
+            f"no Ray Jobs API at {address} ({first_line(exc, 160)}): "
+            "pass the dashboard address, e.g. http://127.0.0.1:8265"
+        ) from None
 
 
-def entrypoint(space: str, name: str, uri: str, storage_path: str, options: dict,
-               overrides=()) -> str:
+def entrypoint(
+    space: str, name: str, uri: str, storage_path: str, options: dict, overrides=()
+) -> str:
     """The `rhnsearch sweep run` command the job runs on the cluster; `options` are further
     flags (preset, search, ...), those that are None left out."""
-    cmd = ["python", "-m", "rhnsearch.cli", "sweep", "run", space, "--address", "auto",
-           "--name", name, "--tracking-uri", uri, "--storage-path", storage_path]
+    cmd = [
+        "python",
+        "-m",
+        "rhnsearch.cli",
+        "sweep",
+        "run",
+        space,
+        "--address",
+        "auto",
+        "--name",
+        name,
+        "--tracking-uri",
+        uri,
+        "--storage-path",
+        storage_path,
+    ]
     for flag, value in options.items():
         if value is not None:
             cmd += [f"--{flag.replace('_', '-')}", str(value)]
@@ -50,8 +69,10 @@ def entrypoint(space: str, name: str, uri: str, storage_path: str, options: dict
 def runtime_env() -> dict:
     """jobs/runtime_env.yaml, with this checkout's git commit (the job's copy has no .git)."""
     if not RUNTIME_ENV.exists():
-        raise UserError(f"{RUNTIME_ENV} not found: run `rhnsearch sweep submit` from the "
-                        "project directory (the job ships it as its working_dir)")
+        raise UserError(
+            f"{RUNTIME_ENV} not found: run `rhnsearch sweep submit` from the "
+            "project directory (the job ships it as its working_dir)"
+        )
     env = yaml.safe_load(RUNTIME_ENV.read_text())
     commit, dirty = git_commit()
     if commit:
@@ -59,36 +80,48 @@ def runtime_env() -> dict:
     return env
 
 
-def submit(address: str, space: str, tracking_uri: str | None, storage_path: str | None,
-           preset: str | None = None, overrides=(), name: str | None = None,
-           **options) -> str:
+def submit(
+    address: str,
+    space: str,
+    tracking_uri: str | None,
+    storage_path: str | None,
+    preset: str | None = None,
+    overrides=(),
+    name: str | None = None,
+    **options,
+) -> str:
     """Validate here, then submit; returns the job id. `options`: search, scheduler,
     data_dir (a path on the cluster) and experiment, passed on as given."""
     loaded = load_space(space, preset, overrides)
     uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     if not uri or not uri.startswith(("http://", "https://")):
-        raise UserError("a submitted sweep runs in a temporary directory on the cluster, so "
-                        "its MLflow store must be a server: pass --tracking-uri "
-                        "http://MLFLOW_HOST:5000 (an `mlflow server` the cluster reaches)")
+        raise UserError(
+            "a submitted sweep runs in a temporary directory on the cluster, so "
+            "its MLflow store must be a server: pass --tracking-uri "
+            "http://MLFLOW_HOST:5000 (an `mlflow server` the cluster reaches)"
+        )
     storage_path = storage_path or os.environ.get(STORAGE_ENV)
     if not storage_path or not (storage.is_uri(storage_path) or Path(storage_path).is_absolute()):
-        raise UserError("a submitted sweep keeps its state and checkpoints where every node "
-                        "of the cluster can read them: pass --storage-path with an absolute "
-                        "path of a shared directory or a bucket URI (s3://BUCKET/PATH)")
+        raise UserError(
+            "a submitted sweep keeps its state and checkpoints where every node "
+            "of the cluster can read them: pass --storage-path with an absolute "
+            "path of a shared directory or a bucket URI (s3://BUCKET/PATH)"
+        )
     name = name or f"{loaded.study}-{preset or 'base'}-{datetime.now():%Y%m%d-%H%M%S}"
     client = job_client(address)
-    command = entrypoint(space, name, uri, storage_path, {"preset": preset, **options},
-                         overrides)
+    command = entrypoint(space, name, uri, storage_path, {"preset": preset, **options}, overrides)
     deadline = time.monotonic() + 90
     while True:
         try:
-            return client.submit_job(entrypoint=command, runtime_env=runtime_env(),
-                                     submission_id=f"rhnsearch-{name}")
+            return client.submit_job(
+                entrypoint=command, runtime_env=runtime_env(), submission_id=f"rhnsearch-{name}"
+            )
         except RuntimeError as exc:  # the SDK's error for a failed request
             message = first_line(exc)
             if "try again later" not in message or time.monotonic() > deadline:
-                raise UserError(f"the Ray Jobs API at {address} refused the sweep: "
-                                f"{message}") from None
+                raise UserError(
+                    f"the Ray Jobs API at {address} refused the sweep: {message}"
+                ) from None
             time.sleep(2)  # a cluster that just started has no job agent yet
 
 
@@ -97,8 +130,10 @@ def job_call(address: str, job_id: str, method: str):
     try:
         return getattr(job_client(address), method)(job_id)
     except RuntimeError as exc:  # the SDK's error for any failed request
-        raise UserError(f"job {job_id} at {address}: {first_line(exc)} "
-                        f"(list jobs with `ray job list --address {address}`)") from None
+        raise UserError(
+            f"job {job_id} at {address}: {first_line(exc)} "
+            f"(list jobs with `ray job list --address {address}`)"
+        ) from None
 
 
 def job_status(address: str, job_id: str) -> str:

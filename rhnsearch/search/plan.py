@@ -3,6 +3,7 @@ training and validation batches of the cell's model on this machine's device), t
 trial-epochs the cell runs: every epoch of every trial under FIFO, and under ASHA the epochs
 its rungs are expected to keep, found by replaying the scheduler's own rule on simulated
 trials."""
+
 import dataclasses
 import heapq
 import math
@@ -30,8 +31,8 @@ class CellPlan:
     cell: str
     params: int
     epoch_seconds: float
-    fifo_epochs: int         # trial-epochs of the cell's trials run to the end
-    expected_epochs: float   # trial-epochs under the space's scheduler
+    fifo_epochs: int  # trial-epochs of the cell's trials run to the end
+    expected_epochs: float  # trial-epochs under the space's scheduler
     trials: int
 
     @property
@@ -51,14 +52,15 @@ def typical(distribution) -> object:
     return round(middle) if kind == "randint" else middle
 
 
-def kept_fractions(trials: int, milestones: list[float], reduction_factor: float,
-                   draws: int = 400, seed: int = 0) -> list[float]:
+def kept_fractions(
+    trials: int, milestones: list[float], reduction_factor: float, draws: int = 400, seed: int = 0
+) -> list[float]:
     """The expected share of a cell's TRIALS that go on past each rung under ASHA: the
     scheduler's own rule replayed on trials that reach every rung in the order they started,
     each with a loss whose rank carries from rung to rung with correlation RUNG_CORRELATION."""
     judge = CellASHAScheduler(max_t=2, reduction_factor=reduction_factor, mode="min").judge
     rng = np.random.default_rng(seed)
-    noise = math.sqrt(1 - RUNG_CORRELATION ** 2)
+    noise = math.sqrt(1 - RUNG_CORRELATION**2)
     kept = np.zeros(len(milestones))
     for _ in range(draws):
         quality, alive = rng.standard_normal(trials), range(trials)
@@ -80,32 +82,43 @@ def expected_epochs(space: Space, scheduler: str, trials: int) -> float:
     if scheduler == "fifo":
         return float(trials * epochs)
     s = space.scheduler
-    milestones = CellASHAScheduler(max_t=epochs, grace_period=s.grace_period,
-                                   reduction_factor=s.reduction_factor).milestones
+    milestones = CellASHAScheduler(
+        max_t=epochs, grace_period=s.grace_period, reduction_factor=s.reduction_factor
+    ).milestones
     ends = [*milestones[1:], epochs]
     kept = kept_fractions(trials, milestones, s.reduction_factor)
-    return trials * (milestones[0] + sum(f * (end - m) for f, m, end in
-                                         zip(kept, milestones, ends)))
+    return trials * (
+        milestones[0] + sum(f * (end - m) for f, m, end in zip(kept, milestones, ends))
+    )
 
 
 def leading(data, train: float, valid: float):
     """DATA with its training and validation splits cut to their leading shares TRAIN and
     VALID."""
+
     def cut(split, share):
-        return split[:max(1, math.ceil(len(split) * min(1.0, share)))]
+        return split[: max(1, math.ceil(len(split) * min(1.0, share)))]
+
     return dataclasses.replace(data, train=cut(data.train, train), valid=cut(data.valid, valid))
 
 
 def epoch_seconds(config: TrialConfig, data) -> float:
     """Seconds of one epoch of CONFIG (training, then validation) on its device, from a few
     timed batches of each split scaled to the epoch's batch counts."""
+
     def batches(data, split):
-        return sum(1 for _ in get_task(config.task).batches(
-            data.split(split), config.batch_size, config.bptt, None, "cpu"))
+        return sum(
+            1
+            for _ in get_task(config.task).batches(
+                data.split(split), config.batch_size, config.bptt, None, "cpu"
+            )
+        )
+
     epoch = leading(data, config.train_fraction, 1.0)  # what a trial trains and validates on
     counts = {split: batches(epoch, split) for split in ("train", "valid")}
-    timed = leading(epoch, *((TIMED_BATCHES + 1) / max(1, counts[split])
-                             for split in ("train", "valid")))
+    timed = leading(
+        epoch, *((TIMED_BATCHES + 1) / max(1, counts[split]) for split in ("train", "valid"))
+    )
     trainer = Trainer(dataclasses.replace(config, train_fraction=1.0), timed)
     trainer.train_epoch()  # warm-up (allocations, kernels), not timed
     start = time.perf_counter()
@@ -129,8 +142,7 @@ def timing_data(space: Space, data_dir=None) -> tuple[object, str]:
         return SIZED[space.dataset](), f"random tokens of {space.dataset.upper()}'s size"
 
 
-def plan(space: Space, data, scheduler: str | None = None, on_progress=None) \
-        -> list[CellPlan]:
+def plan(space: Space, data, scheduler: str | None = None, on_progress=None) -> list[CellPlan]:
     """The cost of each cell of SPACE (its scheduler, or SCHEDULER) timed on DATA;
     ON_PROGRESS(cell) is called as each cell is timed."""
     scheduler = scheduler or space.scheduler.name
@@ -138,15 +150,27 @@ def plan(space: Space, data, scheduler: str | None = None, on_progress=None) \
     cells = space.cells_for(data)
     compared = per_cell * (1 if scheduler == "cell_asha" else len(cells))
     share = expected_epochs(space, scheduler, compared) / compared  # epochs a trial, expected
-    constants = {**space.fixed, **{k: typical(d) for k, d in space.params.items()},
-                 "dataset": space.dataset, "threads": space.threads}
+    constants = {
+        **space.fixed,
+        **{k: typical(d) for k, d in space.params.items()},
+        "dataset": space.dataset,
+        "threads": space.threads,
+    }
     rows = []
     for label, cell in cells.items():
         if on_progress:
             on_progress(label)
         config = TrialConfig.from_dict({**constants, **cell})
-        rows.append(CellPlan(label, cell["params"], epoch_seconds(config, data),
-                             per_cell * space.epochs, per_cell * share, per_cell))
+        rows.append(
+            CellPlan(
+                label,
+                cell["params"],
+                epoch_seconds(config, data),
+                per_cell * space.epochs,
+                per_cell * share,
+                per_cell,
+            )
+        )
     return rows
 
 
@@ -161,8 +185,11 @@ def totals(rows: list[CellPlan], per_trial: float, devices: float) -> dict:
     """The sweep's trial-seconds, device-hours (PER_TRIAL devices a trial) and wall seconds on
     DEVICES devices."""
     seconds = sum(row.seconds for row in rows)
-    return {"trial_seconds": seconds, "device_hours": seconds * per_trial / 3600,
-            "wall_seconds": wall_seconds(rows, int(devices // per_trial))}
+    return {
+        "trial_seconds": seconds,
+        "device_hours": seconds * per_trial / 3600,
+        "wall_seconds": wall_seconds(rows, int(devices // per_trial)),
+    }
 
 
 def wall_seconds(rows: list[CellPlan], slots: int) -> float:

@@ -1,6 +1,7 @@
 """Asynchronous successive halving (ASHA) with one set of rungs per (arch, depth, tied) cell,
 its rungs and decisions kept in a JSON file so that a resumed sweep decides as the
 interrupted one did."""
+
 import itertools
 import json
 import logging
@@ -43,16 +44,29 @@ class CellASHAScheduler(FIFOScheduler):
     and `Tuner.restore` gives back this object as pickled at the start.
     """
 
-    def __init__(self, max_t: int, grace_period: int = 1, reduction_factor: float = 3,
-                 per_cell: bool = True, state_file: str | None = None,
-                 time_attr: str = "epoch", metric: str | None = None, mode: str | None = None):
+    def __init__(
+        self,
+        max_t: int,
+        grace_period: int = 1,
+        reduction_factor: float = 3,
+        per_cell: bool = True,
+        state_file: str | None = None,
+        time_attr: str = "epoch",
+        metric: str | None = None,
+        mode: str | None = None,
+    ):
         if not 0 < grace_period < max_t or reduction_factor <= 1:
-            raise ValueError(f"need 0 < grace_period ({grace_period}) < max_t ({max_t}) and "
-                             f"reduction_factor ({reduction_factor}) > 1")
+            raise ValueError(
+                f"need 0 < grace_period ({grace_period}) < max_t ({max_t}) and "
+                f"reduction_factor ({reduction_factor}) > 1"
+            )
         super().__init__()
         self.max_t, self.rf, self.per_cell = max_t, reduction_factor, per_cell
-        self.milestones = list(itertools.takewhile(lambda m: m < max_t, (
-            grace_period * reduction_factor ** k for k in itertools.count())))
+        self.milestones = list(
+            itertools.takewhile(
+                lambda m: m < max_t, (grace_period * reduction_factor**k for k in itertools.count())
+            )
+        )
         self.state_file, self.time_attr = state_file, time_attr
         self._metric, self._mode = metric, mode
         self._state = None  # {"rungs": {cell: {milestone: {trial_id: value}}}, "stopped": ...}
@@ -67,8 +81,10 @@ class CellASHAScheduler(FIFOScheduler):
 
     def on_trial_add(self, tune_controller, trial):
         if not self._metric or self._mode not in ("min", "max"):
-            raise ValueError(f"{type(self).__name__} needs a metric and a mode (min or max): "
-                             "pass them here or to tune.TuneConfig")
+            raise ValueError(
+                f"{type(self).__name__} needs a metric and a mode (min or max): "
+                "pass them here or to tune.TuneConfig"
+            )
 
     def on_trial_result(self, tune_controller, trial, result: dict) -> str:
         t = result.get(self.time_attr)
@@ -109,22 +125,37 @@ class CellASHAScheduler(FIFOScheduler):
             saved = json.loads(text) if text else {}
             self._state = {"rungs": saved.get("rungs", {}), "stopped": saved.get("stopped", {})}
             if text:
-                log.info("scheduler state read from %s: %d trials stopped so far",
-                         self.state_file, len(self._state["stopped"]))
+                log.info(
+                    "scheduler state read from %s: %d trials stopped so far",
+                    self.state_file,
+                    len(self._state["stopped"]),
+                )
         return self._state
 
     def _save(self):
         if self.state_file:
-            storage.write_text_later(self.state_file, json.dumps({
-                "per_cell": self.per_cell, "metric": self._metric, "mode": self._mode,
-                "milestones": self.milestones, **self._state}, indent=1))
+            storage.write_text_later(
+                self.state_file,
+                json.dumps(
+                    {
+                        "per_cell": self.per_cell,
+                        "metric": self._metric,
+                        "mode": self._mode,
+                        "milestones": self.milestones,
+                        **self._state,
+                    },
+                    indent=1,
+                ),
+            )
 
     def debug_string(self) -> str:
         state = self._load()
         stopped = state["stopped"]
-        lines = [f"{'Per-cell ASHA' if self.per_cell else 'ASHA'}: rungs at epochs "
-                 f"{', '.join(f'{m:g}' for m in self.milestones)}; {len(stopped)} trials "
-                 "stopped"]
+        lines = [
+            f"{'Per-cell ASHA' if self.per_cell else 'ASHA'}: rungs at epochs "
+            f"{', '.join(f'{m:g}' for m in self.milestones)}; {len(stopped)} trials "
+            "stopped"
+        ]
         for key, rungs in sorted(state["rungs"].items()):
             trials = set().union(*rungs.values())
             sizes = ", ".join(f"{len(r)} at {m}" for m, r in rungs.items())

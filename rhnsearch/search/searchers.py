@@ -1,5 +1,6 @@
 """How a sweep samples its trials: Tune's random search over every cell, or Optuna's TPE with
 its study kept in the sweep's storage (so that a resumed sweep continues the same study)."""
+
 import json
 
 import optuna
@@ -18,10 +19,12 @@ OPTUNA_JOURNAL = "optuna_journal"
 
 def tune_sampler(dist: Distribution):
     low_high = getattr(dist, dist.kind)
-    return {"uniform": lambda: tune.uniform(*low_high),
-            "loguniform": lambda: tune.loguniform(*low_high),
-            "randint": lambda: tune.randint(low_high[0], low_high[1] + 1),
-            "choice": lambda: tune.choice(low_high)}[dist.kind]()
+    return {
+        "uniform": lambda: tune.uniform(*low_high),
+        "loguniform": lambda: tune.loguniform(*low_high),
+        "randint": lambda: tune.randint(low_high[0], low_high[1] + 1),
+        "choice": lambda: tune.choice(low_high),
+    }[dist.kind]()
 
 
 class OptunaSpace:
@@ -71,15 +74,16 @@ class ObjectJournal(BaseJournalBackend):
         return {"location": self.location, "logs": [], "objects": 0}
 
     def read_logs(self, log_number_from: int):
-        for name in storage.listdir(self.location)[self.objects:]:
+        for name in storage.listdir(self.location)[self.objects :]:
             self.logs += json.loads(storage.read_text(storage.join(self.location, name)))
             self.objects += 1
         return self.logs[log_number_from:]
 
     def append_logs(self, logs: list):
         self.read_logs(len(self.logs))  # the numbering must follow every object
-        storage.write_text(storage.join(self.location, f"{self.objects:09d}.json"),
-                           json.dumps(logs))
+        storage.write_text(
+            storage.join(self.location, f"{self.objects:09d}.json"), json.dumps(logs)
+        )
 
 
 def optuna_storage(experiment: str) -> JournalStorage:
@@ -96,24 +100,38 @@ def load_study(experiment: str, name: str) -> optuna.Study:
     return optuna.load_study(study_name=name, storage=optuna_storage(experiment))
 
 
-def build_search(space: Space, cells: list[str], constants: dict, search: str,
-                 experiment: str, name: str):
+def build_search(
+    space: Space, cells: list[str], constants: dict, search: str, experiment: str, name: str
+):
     """(param_space, search_alg, num_samples) for the Tuner of the sweep `name`, whose Tune
     experiment is at `experiment`. A trial's config names its cell by label (what Tune's
     progress table shows); the trainable looks the cell up."""
     if search == "random":
         first = constants.get("seed", 0)  # each setting once per seed: a grid over them
-        seeds = {"seed": tune.grid_search(list(range(first, first + space.seeds)))} \
-            if space.seeds > 1 else {}
-        param_space = {**constants, "cell": tune.grid_search(cells), **seeds,
-                       **{k: tune_sampler(d) for k, d in space.params.items()}}
+        seeds = (
+            {"seed": tune.grid_search(list(range(first, first + space.seeds)))}
+            if space.seeds > 1
+            else {}
+        )
+        param_space = {
+            **constants,
+            "cell": tune.grid_search(cells),
+            **seeds,
+            **{k: tune_sampler(d) for k, d in space.params.items()},
+        }
         # Tune ignores max_concurrent_trials beside a BasicVariantGenerator: the cap goes here
-        return param_space, BasicVariantGenerator(random_state=space.seed,
-                                                  max_concurrent=space.max_concurrent), \
-            space.samples
-    optuna_search = StudyAheadOptunaSearch(OptunaSpace(cells, space.params, constants),
-                                           metric=METRIC, mode=MODE, seed=space.seed,
-                                           study_name=name, storage=optuna_storage(experiment))
+        return (
+            param_space,
+            BasicVariantGenerator(random_state=space.seed, max_concurrent=space.max_concurrent),
+            space.samples,
+        )
+    optuna_search = StudyAheadOptunaSearch(
+        OptunaSpace(cells, space.params, constants),
+        metric=METRIC,
+        mode=MODE,
+        seed=space.seed,
+        study_name=name,
+        storage=optuna_storage(experiment),
+    )
     limit = space.max_concurrent or 2
-    return None, ConcurrencyLimiter(optuna_search, max_concurrent=limit), \
-        len(cells) * space.samples
+    return None, ConcurrencyLimiter(optuna_search, max_concurrent=limit), len(cells) * space.samples

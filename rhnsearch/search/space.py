@@ -5,14 +5,14 @@ parameter budget solved per arch, or a fixed width), the fixed trial settings, t
 hyperparameters, the scheduler and the resources. Presets (`paper`, `smoke`) are deep-merged
 over the base; `--set key.sub=value` overrides any field last.
 """
+
 import copy
 import re
 from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, \
-    model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..budget import PTB_VOCAB, count_params, parse_count, solve_width
 from ..data import DATASETS
@@ -31,6 +31,7 @@ class Strict(BaseModel):
 
 class Distribution(Strict):
     """Exactly one of: uniform, loguniform, randint ([low, high]) or choice (list)."""
+
     uniform: tuple[float, float] | None = None
     loguniform: tuple[float, float] | None = None
     randint: tuple[int, int] | None = None
@@ -38,8 +39,11 @@ class Distribution(Strict):
 
     @model_validator(mode="after")
     def one_kind(self):
-        given = [k for k in ("uniform", "loguniform", "randint", "choice")
-                 if getattr(self, k) is not None]
+        given = [
+            k
+            for k in ("uniform", "loguniform", "randint", "choice")
+            if getattr(self, k) is not None
+        ]
         if len(given) != 1:
             raise ValueError("give exactly one of uniform, loguniform, randint, choice")
         kind = given[0]
@@ -48,21 +52,26 @@ class Distribution(Strict):
             if not value:
                 raise ValueError("choice needs at least one value")
         elif not value[0] < value[1]:
-            raise ValueError(f"{kind} range [{value[0]}, {value[1]}] is empty: low must be "
-                             "below high")
+            raise ValueError(
+                f"{kind} range [{value[0]}, {value[1]}] is empty: low must be below high"
+            )
         elif kind == "loguniform" and value[0] <= 0:
             raise ValueError(f"loguniform bounds must be positive, got {value[0]}")
         return self
 
     @property
     def kind(self) -> str:
-        return next(k for k in ("uniform", "loguniform", "randint", "choice")
-                    if getattr(self, k) is not None)
+        return next(
+            k
+            for k in ("uniform", "loguniform", "randint", "choice")
+            if getattr(self, k) is not None
+        )
 
 
 class Scheduler(Strict):
     """cell_asha: ASHA within each (arch, depth, tied) cell; asha: across all trials; fifo:
     every trial runs to the end."""
+
     name: Literal["cell_asha", "asha", "fifo"] = "cell_asha"
     grace_period: int = Field(2, ge=1)
     reduction_factor: float = Field(3.0, gt=1)
@@ -75,25 +84,26 @@ class Resources(Strict):
 
 class Space(Strict):
     """A validated search space (after preset and overrides)."""
+
     study: str
     description: str = ""
     dataset: str
     archs: list[str] = Field(min_length=1)
     depths: list[int] = Field(min_length=1)
-    arch_depths: dict[str, list[int]] = {}       # an arch's own depths, e.g. {lstm: [1]}
+    arch_depths: dict[str, list[int]] = {}  # an arch's own depths, e.g. {lstm: [1]}
     tied: list[bool] = [False]
     budget: int | dict[int, int] | None = None  # parameters, per depth or for all depths
-    budget_untied: bool = False                  # tied cells keep the untied cell's width
+    budget_untied: bool = False  # tied cells keep the untied cell's width
     width: int | None = Field(None, ge=1)
-    samples: int = Field(1, ge=1)                # settings per cell
-    seeds: int = Field(1, ge=1)                  # trials per setting: seeds fixed.seed + 0..N-1
+    samples: int = Field(1, ge=1)  # settings per cell
+    seeds: int = Field(1, ge=1)  # trials per setting: seeds fixed.seed + 0..N-1
     search: Literal["random", "optuna"] = "random"
-    seed: int = 0                                 # seeds the searcher: same space, same trials
+    seed: int = 0  # seeds the searcher: same space, same trials
     fixed: dict = {}
     params: dict[str, Distribution] = {}
     scheduler: Scheduler = Scheduler()
     resources: Resources = Resources()
-    max_concurrent: int = Field(0, ge=0)         # 0: as many as resources allow
+    max_concurrent: int = Field(0, ge=0)  # 0: as many as resources allow
     keep_model: Literal["best", "none"] = "best"
     register_model: str | None = Field(None, min_length=1)  # registers the kept model
 
@@ -145,8 +155,10 @@ class Space(Strict):
         unknown = set(v) - settable
         if unknown:
             what = "trial setting" if info.field_name == "fixed" else "hyperparameter"
-            raise ValueError(f"unknown {what} {sorted(unknown, key=str)[0]!r}: use one of "
-                             f"{', '.join(sorted(settable))}")
+            raise ValueError(
+                f"unknown {what} {sorted(unknown, key=str)[0]!r}: use one of "
+                f"{', '.join(sorted(settable))}"
+            )
         return v
 
     @model_validator(mode="after")
@@ -162,14 +174,20 @@ class Space(Strict):
                 raise ValueError(f"budget has no entry for depth {missing[0]}: add one")
         epochs = self.fixed.get("epochs")
         if type(epochs) is not int or epochs < 1:
-            raise ValueError("fixed.epochs is required, a positive integer (the most epochs a "
-                             f"trial may run), got {epochs!r}")
+            raise ValueError(
+                "fixed.epochs is required, a positive integer (the most epochs a "
+                f"trial may run), got {epochs!r}"
+            )
         if self.seeds > 1 and self.search != "random":
-            raise ValueError("seeds repeats each setting of a random search: use search: "
-                             "random (--search random) with seeds, or seeds: 1 with optuna")
+            raise ValueError(
+                "seeds repeats each setting of a random search: use search: "
+                "random (--search random) with seeds, or seeds: 1 with optuna"
+            )
         if self.scheduler.name != "fifo" and self.scheduler.grace_period >= self.epochs:
-            raise ValueError(f"scheduler.grace_period ({self.scheduler.grace_period}) must be "
-                             f"below fixed.epochs ({self.epochs}) for ASHA to stop anything")
+            raise ValueError(
+                f"scheduler.grace_period ({self.scheduler.grace_period}) must be "
+                f"below fixed.epochs ({self.epochs}) for ASHA to stop anything"
+            )
         return self
 
     def depths_of(self, arch: str) -> list[int]:
@@ -206,14 +224,25 @@ class Space(Strict):
                     if self.width is not None:
                         width = self.width
                     else:
-                        budget = (self.budget[depth] if isinstance(self.budget, dict)
-                                  else self.budget)
-                        width = solve_width(budget, self.task, arch, depth,
-                                            tied and not self.budget_untied, vocab_size)
+                        budget = (
+                            self.budget[depth] if isinstance(self.budget, dict) else self.budget
+                        )
+                        width = solve_width(
+                            budget,
+                            self.task,
+                            arch,
+                            depth,
+                            tied and not self.budget_untied,
+                            vocab_size,
+                        )
                     label = f"{arch} d{depth} w{width}" + (" WT" if tied else "")
-                    cells[label] = {"arch": arch, "depth": depth, "tied": tied, "width": width,
-                                    "params": count_params(self.task, arch, depth, width, tied,
-                                                           vocab_size)}
+                    cells[label] = {
+                        "arch": arch,
+                        "depth": depth,
+                        "tied": tied,
+                        "width": width,
+                        "params": count_params(self.task, arch, depth, width, tied, vocab_size),
+                    }
         return cells
 
     @property
@@ -225,8 +254,9 @@ class Space(Strict):
 def deep_merge(base: dict, over: dict) -> dict:
     out = copy.deepcopy(base)
     for k, v in over.items():
-        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k),
-                                                                           dict) else v
+        out[k] = (
+            deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        )
     return out
 
 
@@ -236,7 +266,9 @@ class Loader(yaml.SafeLoader):
 
 Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789"))
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
 
 
 def load_yaml(text: str):
@@ -247,8 +279,10 @@ def parse_override(text: str) -> tuple[list[str], object]:
     """'fixed.epochs=5' -> (['fixed', 'epochs'], 5), the value read as YAML."""
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
-        raise UserError(f"cannot read override {text!r}: write key=value, e.g. "
-                        "--set samples=4 or --set fixed.epochs=20")
+        raise UserError(
+            f"cannot read override {text!r}: write key=value, e.g. "
+            "--set samples=4 or --set fixed.epochs=20"
+        )
     try:
         return key.strip().split("."), load_yaml(value)
     except yaml.YAMLError:
@@ -259,13 +293,13 @@ def read_yaml(path: Path) -> dict:
     try:
         raw = load_yaml(Path(path).read_text())
     except FileNotFoundError:
-        raise UserError(f"search space {path} not found: give a path like "
-                        "spaces/jsb_optimization.yaml") from None
+        raise UserError(
+            f"search space {path} not found: give a path like spaces/jsb_optimization.yaml"
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
-        raise UserError(f"{path}{where}: not valid YAML ({getattr(exc, 'problem', exc)})") \
-            from None
+        raise UserError(f"{path}{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
     if not isinstance(raw, dict):
         raise UserError(f"{path}: a search space is a YAML mapping of fields")
     return raw
@@ -274,14 +308,17 @@ def read_yaml(path: Path) -> dict:
 def resolve(raw: dict, preset: str | None, overrides=(), source: str = "space") -> dict:
     """Apply the preset, then the overrides, to the raw YAML mapping."""
     presets = raw.get("presets") or {}
-    if not isinstance(presets, dict) or not all(isinstance(p, dict | None) for p in
-                                                presets.values()):
+    if not isinstance(presets, dict) or not all(
+        isinstance(p, dict | None) for p in presets.values()
+    ):
         raise UserError(f"{source}: presets must map each preset name to a mapping of fields")
     doc = {k: v for k, v in raw.items() if k != "presets"}
     if preset:
         if preset not in presets:
-            raise UserError(f"{source}: no preset {preset!r}; this space has "
-                            f"{', '.join(map(str, presets)) or 'none'}")
+            raise UserError(
+                f"{source}: no preset {preset!r}; this space has "
+                f"{', '.join(map(str, presets)) or 'none'}"
+            )
         doc = deep_merge(doc, presets[preset] or {})
     for text in overrides:
         path, value = parse_override(text)
@@ -294,8 +331,7 @@ def resolve(raw: dict, preset: str | None, overrides=(), source: str = "space") 
     return doc
 
 
-def load_space(path, preset: str | None = None, overrides=(), study: str | None = None) \
-        -> Space:
+def load_space(path, preset: str | None = None, overrides=(), study: str | None = None) -> Space:
     """Read, merge and validate a space file; raise a one-line UserError naming the field."""
     path = Path(path)
     doc = resolve(read_yaml(path), preset, overrides, str(path))
@@ -312,10 +348,15 @@ def load_space(path, preset: str | None = None, overrides=(), study: str | None 
             msg = "unknown key (check its spelling, or see spaces/README.md for the fields)"
         raise UserError(f"{path}: {field}: {msg}") from None
     try:
-        TrialConfig.from_dict({**space.fixed, "dataset": space.dataset,
-                               "arch": space.archs[0],
-                               "depth": space.depths_of(space.archs[0])[0],
-                               "width": 1}).validate()
+        TrialConfig.from_dict(
+            {
+                **space.fixed,
+                "dataset": space.dataset,
+                "arch": space.archs[0],
+                "depth": space.depths_of(space.archs[0])[0],
+                "width": 1,
+            }
+        ).validate()
     except UserError as exc:
         raise UserError(f"{path}: fixed.{exc}") from None
     try:
@@ -323,4 +364,3 @@ def load_space(path, preset: str | None = None, overrides=(), study: str | None 
     except UserError as exc:
         raise UserError(f"{path}: {exc}") from None
     return space
-

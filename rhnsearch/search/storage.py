@@ -9,6 +9,7 @@ An S3-compatible server other than AWS is named by the standard AWS variables
 Every request to a bucket costs latency and money: a small file is written in one PUT, and no
 directory markers are written (see ObjectStore).
 """
+
 import io
 import json
 import logging
@@ -115,8 +116,9 @@ class Later:
             self.jobs.pop(key, None)
             self.jobs[key] = job
             if self.thread is None:
-                self.thread = threading.Thread(target=self._run, name="rhnsearch-storage",
-                                               daemon=True)
+                self.thread = threading.Thread(
+                    target=self._run, name="rhnsearch-storage", daemon=True
+                )
                 self.thread.start()
             self.changed.notify_all()
 
@@ -176,6 +178,7 @@ def is_zip(location: str) -> bool:
 class Delegate(pafs.FileSystemHandler):
     """A pyarrow filesystem handler that passes every call to `self.fs`: subclasses change
     the few that differ."""
+
     fs: pafs.FileSystem
 
     def __eq__(self, other):
@@ -231,8 +234,7 @@ class Delegate(pafs.FileSystemHandler):
         whole one stays until the next upload, a few seconds later. (Tune writes every other
         file it uploads under a temporary name first.)"""
         if re.fullmatch(EXPERIMENT_STATE, path.rsplit("/", 1)[-1]):
-            return pa.PythonFile(_StoredIfJson(lambda: self.output(path, metadata), path),
-                                 mode="w")
+            return pa.PythonFile(_StoredIfJson(lambda: self.output(path, metadata), path), mode="w")
         return self.output(path, metadata)
 
     def output(self, path, metadata):
@@ -280,7 +282,7 @@ class ObjectStore(Delegate):
             return self.fs.move(src, dest)
         for info in self.fs.get_file_info(pafs.FileSelector(src, recursive=True)):
             if info.type == pafs.FileType.File:
-                self.fs.copy_file(info.path, dest + info.path[len(src):])
+                self.fs.copy_file(info.path, dest + info.path[len(src) :])
         self.fs.delete_dir(src)
 
     def delete_root_dir_contents(self):
@@ -314,8 +316,9 @@ class _StoredIfJson(io.BytesIO):
             try:
                 json.loads(data)
             except ValueError:
-                log.debug("storage: kept the stored %s (the upload read it half written)",
-                          self.path)
+                log.debug(
+                    "storage: kept the stored %s (the upload read it half written)", self.path
+                )
                 return
             with self.output() as stream:
                 stream.write(data)
@@ -338,8 +341,11 @@ def check_reachable(location: str):
     for an hour before its first checkpoint fails."""
     if not is_uri(location):
         return
-    endpoint = dict(parse_qsl(location.partition("?")[2])).get("endpoint_override") or \
-        os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    endpoint = (
+        dict(parse_qsl(location.partition("?")[2])).get("endpoint_override")
+        or os.environ.get("AWS_ENDPOINT_URL_S3")
+        or os.environ.get("AWS_ENDPOINT_URL")
+    )
     if location.startswith("s3://") and endpoint:
         url = urlparse(endpoint if "://" in endpoint else f"http://{endpoint}")
         socket.create_connection((url.hostname, url.port or 443), timeout=5).close()

@@ -8,6 +8,7 @@ The MLflow records waiting to be sent are journaled beside them when the storage
 directory, else in results/sweeps/NAME on the driver's machine with a copy in the bucket
 while they wait (tracking.Journal).
 """
+
 import errno
 import json
 import logging
@@ -31,8 +32,12 @@ from ..provenance import provenance_tags
 from ..results import histories, snapshot
 from ..tracking_store import check_store, open_store
 from . import storage
-from .checkpoints import (KeepNewestCheckpoint, check_saved_state,
-                          repair_checkpoint_names, saved_trial_ids)
+from .checkpoints import (
+    KeepNewestCheckpoint,
+    check_saved_state,
+    repair_checkpoint_names,
+    saved_trial_ids,
+)
 from .cluster import check_address, check_gpus, start_ray
 from .scheduler import CellASHAScheduler
 from .searchers import METRIC, MODE, build_search
@@ -55,17 +60,21 @@ def sweep_storage(location: str | None, address: str | None) -> str:
     if location:
         return storage.normalize(location)
     if address:
-        raise UserError("a sweep on a cluster keeps its state and checkpoints where every "
-                        "node can read them: pass --storage-path with a shared directory or "
-                        f"a bucket URI (s3://BUCKET/PATH), or set {STORAGE_ENV}")
+        raise UserError(
+            "a sweep on a cluster keeps its state and checkpoints where every "
+            "node can read them: pass --storage-path with a shared directory or "
+            f"a bucket URI (s3://BUCKET/PATH), or set {STORAGE_ENV}"
+        )
     return str(storage.LOCAL_SWEEPS.resolve())
 
 
 def trainable(space: Space, cells: dict, function=run_trial):
     """FUNCTION (`run_trial`) with the sweep's cells and the resources the space asks for
     each trial."""
-    return tune.with_resources(tune.with_parameters(function, cells=cells),
-                               {"cpu": space.resources.cpu, "gpu": space.resources.gpu})
+    return tune.with_resources(
+        tune.with_parameters(function, cells=cells),
+        {"cpu": space.resources.cpu, "gpu": space.resources.gpu},
+    )
 
 
 def build_scheduler(space: Space, name: str, state_file: str):
@@ -75,9 +84,14 @@ def build_scheduler(space: Space, name: str, state_file: str):
     if name == "fifo":
         return FIFOScheduler()
     s = space.scheduler
-    return CellASHAScheduler(max_t=space.epochs, grace_period=s.grace_period,
-                             reduction_factor=s.reduction_factor, per_cell=name == "cell_asha",
-                             state_file=state_file, time_attr="epoch")
+    return CellASHAScheduler(
+        max_t=space.epochs,
+        grace_period=s.grace_period,
+        reduction_factor=s.reduction_factor,
+        per_cell=name == "cell_asha",
+        state_file=state_file,
+        time_attr="epoch",
+    )
 
 
 def check_writable(directory: Path):
@@ -92,10 +106,12 @@ def check_writable(directory: Path):
             probe.flush()
             os.fsync(probe.fileno())
     except OSError as exc:
-        raise UserError(f"results directory {directory.parent} is not writable ({existing}: "
-                        f"{exc.strerror or exc}): free some space, make it writable, or run "
-                        "from a directory you can write (results/ is made in the current "
-                        "directory)") from None
+        raise UserError(
+            f"results directory {directory.parent} is not writable ({existing}: "
+            f"{exc.strerror or exc}): free some space, make it writable, or run "
+            "from a directory you can write (results/ is made in the current "
+            "directory)"
+        ) from None
 
 
 def check_storage(root: str):
@@ -104,23 +120,37 @@ def check_storage(root: str):
     try:
         storage.check_reachable(root)
     except (OSError, ValueError) as exc:  # pyarrow's errors are OSError, a bad URI ValueError
-        raise UserError(f"storage {root} cannot be used ({first_line(exc)}): check the bucket, "
-                        "its endpoint (AWS_ENDPOINT_URL) and credentials (AWS_ACCESS_KEY_ID, "
-                        "AWS_SECRET_ACCESS_KEY)") from None
+        raise UserError(
+            f"storage {root} cannot be used ({first_line(exc)}): check the bucket, "
+            "its endpoint (AWS_ENDPOINT_URL) and credentials (AWS_ACCESS_KEY_ID, "
+            "AWS_SECRET_ACCESS_KEY)"
+        ) from None
 
 
 def write_state(experiment: str, state: dict):
     try:
         storage.write_text(storage.join(experiment, STATE_FILE), json.dumps(state, indent=1))
     except OSError as exc:
-        raise UserError(f"cannot write the sweep's state to {experiment} "
-                        f"({first_line(exc)}): check the storage path and "
-                        "its credentials") from None
+        raise UserError(
+            f"cannot write the sweep's state to {experiment} "
+            f"({first_line(exc)}): check the storage path and "
+            "its credentials"
+        ) from None
 
 
-def run_sweep(space_path, preset=None, overrides=(), address=None, search=None,
-              scheduler=None, data_dir=None, tracking_uri=None, experiment=None,
-              name=None, storage_path=None) -> dict:
+def run_sweep(
+    space_path,
+    preset=None,
+    overrides=(),
+    address=None,
+    search=None,
+    scheduler=None,
+    data_dir=None,
+    tracking_uri=None,
+    experiment=None,
+    name=None,
+    storage_path=None,
+) -> dict:
     """Validate, record the sweep's parent run, run the trials; returns the summary."""
     space = load_space(space_path, preset, overrides)
     # Absolute paths first: in a Ray Job, joining the cluster may replace the working dir.
@@ -134,8 +164,10 @@ def run_sweep(space_path, preset=None, overrides=(), address=None, search=None,
     check_storage(root)
     search = search or space.search
     if search != "random" and space.seeds > 1:
-        raise UserError(f"seeds ({space.seeds}) repeats each setting of a random search: drop "
-                        "--search optuna, or run with seeds 1")
+        raise UserError(
+            f"seeds ({space.seeds}) repeats each setting of a random search: drop "
+            "--search optuna, or run with seeds 1"
+        )
     scheduler = scheduler or space.scheduler.name
     data_root = default_data_dir(data_dir).resolve()
     data = load_dataset(space.dataset, data_root)  # fetched on first use, before Ray starts
@@ -144,22 +176,42 @@ def run_sweep(space_path, preset=None, overrides=(), address=None, search=None,
     name = name or f"{space.study}-{preset or 'base'}-{datetime.now():%Y%m%d-%H%M%S}"
     experiment_path = storage.join(root, name)
     if storage.exists(experiment_path):
-        raise UserError(f"sweep {name} already exists in {experiment_path}: resume it with "
-                        f"`rhnsearch sweep resume {name}` or pick another --name")
+        raise UserError(
+            f"sweep {name} already exists in {experiment_path}: resume it with "
+            f"`rhnsearch sweep resume {name}` or pick another --name"
+        )
     start_ray(address)  # an unreachable cluster fails here, before anything is recorded
     if address:
         check_gpus(space.resources.gpu, local=False)
     client = MlflowClient(uri)
     experiment_id = get_experiment(client, uri, experiment or space.study)
-    parent = client.create_run(experiment_id, run_name=name, tags={
-        "sweep": name, "study": space.study, "preset": preset or "base", "kind": "sweep",
-        **provenance_tags()})
-    state = {"name": name, "space_path": str(space_path), "preset": preset,
-             "overrides": list(overrides), "search": search, "scheduler": scheduler,
-             "tracking_uri": uri, "experiment_id": experiment_id,
-             "parent_run_id": parent.info.run_id, "data_dir": str(data_root),
-             "storage": root, "trials": space.num_trials, "cells": cells,
-             "space": space.model_dump(mode="json")}
+    parent = client.create_run(
+        experiment_id,
+        run_name=name,
+        tags={
+            "sweep": name,
+            "study": space.study,
+            "preset": preset or "base",
+            "kind": "sweep",
+            **provenance_tags(),
+        },
+    )
+    state = {
+        "name": name,
+        "space_path": str(space_path),
+        "preset": preset,
+        "overrides": list(overrides),
+        "search": search,
+        "scheduler": scheduler,
+        "tracking_uri": uri,
+        "experiment_id": experiment_id,
+        "parent_run_id": parent.info.run_id,
+        "data_dir": str(data_root),
+        "storage": root,
+        "trials": space.num_trials,
+        "cells": cells,
+        "space": space.model_dump(mode="json"),
+    }
     write_state(experiment_path, state)
     log_sweep_params(client, state, space)
     return finish(build_tuner(space, state, experiment_path), state)
@@ -170,72 +222,108 @@ def log_sweep_params(client: MlflowClient, state: dict, space: Space):
     the whole space as space.json."""
     run_id = state["parent_run_id"]
     client.log_inputs(run_id, [dataset_input(space.dataset)])
-    for key, value in [("space", Path(state["space_path"]).name),
-                       ("preset", state["preset"] or "base"), ("search", state["search"]),
-                       ("scheduler", state["scheduler"]), ("trials", state["trials"]),
-                       ("dataset", space.dataset), ("seed", space.seed),
-                       ("overrides", " ".join(state["overrides"])),
-                       ("storage", state["storage"])]:
+    for key, value in [
+        ("space", Path(state["space_path"]).name),
+        ("preset", state["preset"] or "base"),
+        ("search", state["search"]),
+        ("scheduler", state["scheduler"]),
+        ("trials", state["trials"]),
+        ("dataset", space.dataset),
+        ("seed", space.seed),
+        ("overrides", " ".join(state["overrides"])),
+        ("storage", state["storage"]),
+    ]:
         client.log_param(run_id, key, value)
     client.log_dict(run_id, state["space"], "space.json")
 
 
-def build_tuner(space: Space, state: dict, experiment_path: str, function=run_trial) \
-        -> tune.Tuner:
+def build_tuner(space: Space, state: dict, experiment_path: str, function=run_trial) -> tune.Tuner:
     """The Tuner of a new sweep: its searcher, scheduler, MLflow callback and storage; its
     trials run FUNCTION (`run_trial`; benchmarks/driver_load.py gives one that only reports)."""
     name, cells = state["name"], state["cells"]
-    constants = {"threads": space.threads, **space.fixed,
-                 "dataset": space.dataset, "data_dir": state["data_dir"],
-                 "preset": state["preset"] or "base", "study": space.study}
-    param_space, search_alg, num_samples = build_search(space, list(cells), constants,
-                                                        state["search"], experiment_path, name)
-    tracker = MLflowTracker(state["tracking_uri"], state["experiment_id"],
-                            state["parent_run_id"], name, experiment_path, cells)
-    scheduler = build_scheduler(space, state["scheduler"],
-                                storage.join(experiment_path, SCHEDULER_STATE_FILE))
+    constants = {
+        "threads": space.threads,
+        **space.fixed,
+        "dataset": space.dataset,
+        "data_dir": state["data_dir"],
+        "preset": state["preset"] or "base",
+        "study": space.study,
+    }
+    param_space, search_alg, num_samples = build_search(
+        space, list(cells), constants, state["search"], experiment_path, name
+    )
+    tracker = MLflowTracker(
+        state["tracking_uri"],
+        state["experiment_id"],
+        state["parent_run_id"],
+        name,
+        experiment_path,
+        cells,
+    )
+    scheduler = build_scheduler(
+        space, state["scheduler"], storage.join(experiment_path, SCHEDULER_STATE_FILE)
+    )
     filesystem, path = storage.split(state["storage"])
     return tune.Tuner(
         trainable(space, cells, function),
         param_space=param_space,
-        tune_config=tune.TuneConfig(metric=METRIC, mode=MODE, search_alg=search_alg,
-                                    scheduler=scheduler, num_samples=num_samples,
-                                    max_concurrent_trials=space.max_concurrent or None,
-                                    reuse_actors=True),
+        tune_config=tune.TuneConfig(
+            metric=METRIC,
+            mode=MODE,
+            search_alg=search_alg,
+            scheduler=scheduler,
+            num_samples=num_samples,
+            max_concurrent_trials=space.max_concurrent or None,
+            reuse_actors=True,
+        ),
         run_config=tune.RunConfig(
-            name=name, storage_path=path, storage_filesystem=filesystem,
+            name=name,
+            storage_path=path,
+            storage_filesystem=filesystem,
             callbacks=[tracker, KeepNewestCheckpoint()],
-            failure_config=tune.FailureConfig(max_failures=2), verbose=1))
+            failure_config=tune.FailureConfig(max_failures=2),
+            verbose=1,
+        ),
+    )
 
 
-def resume_sweep(name: str, address: str | None = None, storage_path: str | None = None) \
-        -> dict:
+def resume_sweep(name: str, address: str | None = None, storage_path: str | None = None) -> dict:
     """Continue an interrupted sweep: finished trials are kept, unfinished ones resume from
     their last checkpoint, the same MLflow parent run is reused."""
     root = sweep_storage(storage_path, address)
     experiment_path = storage.join(root, name)
     text = storage.read_text(storage.join(experiment_path, STATE_FILE))
     if text is None:
-        known = [n for n in storage.listdir(root)
-                 if storage.exists(storage.join(root, n, STATE_FILE))]
-        raise UserError(f"no sweep named {name!r} in {root}: known sweeps are "
-                        f"{', '.join(known) or 'none'} (pass --storage-path where it ran)")
+        known = [
+            n for n in storage.listdir(root) if storage.exists(storage.join(root, n, STATE_FILE))
+        ]
+        raise UserError(
+            f"no sweep named {name!r} in {root}: known sweeps are "
+            f"{', '.join(known) or 'none'} (pass --storage-path where it ran)"
+        )
     state = json.loads(text)
     check_store(state["tracking_uri"])
     filesystem, path = storage.split(experiment_path)
     if not tune.Tuner.can_restore(path, storage_filesystem=filesystem):
-        raise UserError(f"sweep {name} stopped before Ray saved its state: start it again "
-                        "with `rhnsearch sweep run`")
+        raise UserError(
+            f"sweep {name} stopped before Ray saved its state: start it again "
+            "with `rhnsearch sweep run`"
+        )
     check_saved_state(experiment_path)
     storage.remove_leftovers(experiment_path)
     start_ray(address)
     space = Space.model_validate(state["space"])
     repair_checkpoint_names(experiment_path)
-    tuner = tune.Tuner.restore(path, trainable(space, state["cells"]),
-                               resume_unfinished=True, resume_errored=True,
-                               storage_filesystem=filesystem)
-    MlflowClient(state["tracking_uri"]).set_tag(state["parent_run_id"], "resumed",
-                                                datetime.now().isoformat(timespec="seconds"))
+    tuner = tune.Tuner.restore(
+        path,
+        trainable(space, state["cells"]),
+        resume_unfinished=True,
+        resume_errored=True,
+        storage_filesystem=filesystem,
+    )
+    MlflowClient(state["tracking_uri"]).set_tag(
+        state["parent_run_id"], "resumed", datetime.now().isoformat(timespec="seconds")
+    )
     return finish(tuner, state)
 
 
@@ -250,26 +338,39 @@ def finish(tuner, state: dict) -> dict:
     storage.LATER.wait()  # the scheduler's state and the checkpoints' pruning
     trials_seconds = time.monotonic() - start
     experiment_path = storage.join(state["storage"], state["name"])
-    sender = sender_for(experiment_path, state["tracking_uri"], state["experiment_id"],
-                        state["parent_run_id"], state["name"])
+    sender = sender_for(
+        experiment_path,
+        state["tracking_uri"],
+        state["experiment_id"],
+        state["parent_run_id"],
+        state["name"],
+    )
     if not sender.drain():
         kept = sender.journal.mirror or sender.journal.path
-        raise UserError(f"sweep {state['name']}: every trial ended but MLflow at "
-                        f"{state['tracking_uri']} is not answering: its records are saved in "
-                        f"{kept}; when it is back, `rhnsearch sweep resume {state['name']}` "
-                        "sends them and closes the sweep")
+        raise UserError(
+            f"sweep {state['name']}: every trial ended but MLflow at "
+            f"{state['tracking_uri']} is not answering: its records are saved in "
+            f"{kept}; when it is back, `rhnsearch sweep resume {state['name']}` "
+            "sends them and closes the sweep"
+        )
     client = MlflowClient(state["tracking_uri"])
     try:
         drop_lost_runs(client, state, experiment_path)
         runs = child_runs(client, state)
-        long = histories.read(state["tracking_uri"], client, [r.info.run_id for r in runs],
-                              sorted({k for r in runs for k in r.data.metrics} - {"epoch"}))
+        long = histories.read(
+            state["tracking_uri"],
+            client,
+            [r.info.run_id for r in runs],
+            sorted({k for r in runs for k in r.data.metrics} - {"epoch"}),
+        )
         summary = summarize(runs, long, state)
     except MlflowException as exc:
-        raise UserError(f"sweep {state['name']}: every trial ended but MLflow at "
-                        f"{state['tracking_uri']} is not answering "
-                        f"({first_line(exc, 160)}): when it is back, `rhnsearch "
-                        f"sweep resume {state['name']}` closes the sweep") from None
+        raise UserError(
+            f"sweep {state['name']}: every trial ended but MLflow at "
+            f"{state['tracking_uri']} is not answering "
+            f"({first_line(exc, 160)}): when it is back, `rhnsearch "
+            f"sweep resume {state['name']}` closes the sweep"
+        ) from None
     summary["trials_seconds"] = round(trials_seconds, 1)
     summary["wall_seconds"] = round(time.monotonic() - start, 1)
     summary["complete"] = summary["running"] == 0 and summary["trials"] == state["trials"]
@@ -280,11 +381,17 @@ def finish(tuner, state: dict) -> dict:
                 keep_best_model(client, results, summary["best"], state)
             client.set_tag(parent, "best_run_id", summary["best"]["run_id"])
         now = int(time.time() * 1000)
-        client.log_batch(parent, metrics=[
-            Metric(k, float(v), now, 0) for k, v in summary.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool)])
+        client.log_batch(
+            parent,
+            metrics=[
+                Metric(k, float(v), now, 0)
+                for k, v in summary.items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool)
+            ],
+        )
         from ..results.plots import log_sweep_plots
         from ..results.report import log_sweep_report
+
         snapshot.log_histories(client, parent, long)
         log_sweep_plots(client, state["experiment_id"], parent)
         log_sweep_report(client, state["experiment_id"], parent)
@@ -296,19 +403,23 @@ def drop_lost_runs(client: MlflowClient, state: dict, experiment_path: str):
     """Delete the runs of trials that a killed driver had started but Tune had not saved yet:
     the resumed sweep does not know them, and runs their settings again as new trials."""
     trials = saved_trial_ids(experiment_path)
-    lost = [run for run in child_runs(client, state)
-            if run.data.tags.get("trial_id") not in trials]
+    lost = [run for run in child_runs(client, state) if run.data.tags.get("trial_id") not in trials]
     for run in lost:
         client.delete_run(run.info.run_id)
     if lost:
-        log.warning("deleted %d MLflow run(s) of trials the killed driver had started before "
-                    "Tune saved them; the resumed sweep ran them again", len(lost))
+        log.warning(
+            "deleted %d MLflow run(s) of trials the killed driver had started before "
+            "Tune saved them; the resumed sweep ran them again",
+            len(lost),
+        )
 
 
 def child_runs(client: MlflowClient, state: dict) -> list:
-    return client.search_runs([state["experiment_id"]],
-                              f"tags.mlflow.parentRunId = '{state['parent_run_id']}'",
-                              max_results=50000)
+    return client.search_runs(
+        [state["experiment_id"]],
+        f"tags.mlflow.parentRunId = '{state['parent_run_id']}'",
+        max_results=50000,
+    )
 
 
 def summarize(runs: list, long, state: dict) -> dict:
@@ -321,12 +432,25 @@ def summarize(runs: list, long, state: dict) -> dict:
         status = run.data.tags.get("status", "running")
         counts[status] = counts.get(status, 0) + 1
         loss = run.data.metrics.get("best_valid_loss")
-        if status in ("completed", "stopped") and loss is not None and loss == loss and (
-                best is None or loss < best["best_valid_loss"]):
-            best = {"run_id": run.info.run_id, "trial_id": run.data.tags.get("trial_id"),
-                    "best_valid_loss": loss, "params": run.data.params}
-    return {"name": state["name"], "trials": len(runs), **counts,
-            "train_seconds": round(train_seconds, 1), "best": best}
+        if (
+            status in ("completed", "stopped")
+            and loss is not None
+            and loss == loss
+            and (best is None or loss < best["best_valid_loss"])
+        ):
+            best = {
+                "run_id": run.info.run_id,
+                "trial_id": run.data.tags.get("trial_id"),
+                "best_valid_loss": loss,
+                "params": run.data.params,
+            }
+    return {
+        "name": state["name"],
+        "trials": len(runs),
+        **counts,
+        "train_seconds": round(train_seconds, 1),
+        "best": best,
+    }
 
 
 def keep_best_model(client: MlflowClient, results, best: dict, state: dict):
@@ -336,13 +460,19 @@ def keep_best_model(client: MlflowClient, results, best: dict, state: dict):
 
     from ..analysis.mlflow_model import keep_model
     from ..train import CHECKPOINT_FILE
+
     for result in results:
         if result.metrics.get("trial_id") != best["trial_id"] or result.checkpoint is None:
             continue
         with result.checkpoint.as_directory() as ckpt:
             saved = torch.load(Path(ckpt) / CHECKPOINT_FILE, weights_only=True)
-        keep_model(client, best["run_id"], saved["config"],
-                   saved["best_state"] or saved["model"], state["data_dir"],
-                   state["space"].get("register_model"),
-                   {"study": state["space"]["study"], "sweep": state["name"]})
+        keep_model(
+            client,
+            best["run_id"],
+            saved["config"],
+            saved["best_state"] or saved["model"],
+            state["data_dir"],
+            state["space"].get("register_model"),
+            {"study": state["space"]["study"], "sweep": state["name"]},
+        )
         return

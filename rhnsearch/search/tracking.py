@@ -11,6 +11,7 @@ out but reached the server does no harm: a trial's run is looked up by its trial
 one is created, metrics keep their timestamps (MLflow keeps one copy of an identical metric),
 epochs MLflow already has are not sent again, and runs end with their recorded end time.
 """
+
 import itertools
 import json
 import logging
@@ -39,13 +40,32 @@ BACKOFF_SECONDS = (1, 2, 5, 10, 30)  # between attempts while the store does not
 DRAIN_SECONDS = 30  # after the trials: how long an unreachable store is waited for
 MIRROR_SECONDS = 10  # while the store does not answer: how often waiting records are copied
 PENDING_FILE = "mlflow_pending.jsonl"
-SKIP_RESULT_KEYS = {"status", "epoch", "done", "training_iteration", "trial_id", "date",
-                    "timestamp", "pid", "hostname", "node_ip", "config", "time_since_restore",
-                    "iterations_since_restore", "checkpoint_dir_name", "should_checkpoint",
-                    "params"}
-PLACEMENT_KEYS = {"hostname": "host", "node_ip": "node_ip", "node_id": "node_id",
-                  "device": "device", "gpu_ids": "gpu_ids",
-                  "torch_version": "torch_version"}  # result key -> run tag: where it trained
+SKIP_RESULT_KEYS = {
+    "status",
+    "epoch",
+    "done",
+    "training_iteration",
+    "trial_id",
+    "date",
+    "timestamp",
+    "pid",
+    "hostname",
+    "node_ip",
+    "config",
+    "time_since_restore",
+    "iterations_since_restore",
+    "checkpoint_dir_name",
+    "should_checkpoint",
+    "params",
+}
+PLACEMENT_KEYS = {
+    "hostname": "host",
+    "node_ip": "node_ip",
+    "node_id": "node_id",
+    "device": "device",
+    "gpu_ids": "gpu_ids",
+    "torch_version": "torch_version",
+}  # result key -> run tag: where it trained
 
 
 def get_experiment(client: MlflowClient, uri: str, name: str) -> str:
@@ -147,8 +167,9 @@ class Sender:
     larger requests. Records come through a bounded queue; those that did not fit (or that an
     earlier driver left) are read back from the journal."""
 
-    def __init__(self, uri: str, experiment_id: str, parent_run_id: str, sweep: str,
-                 journal: Journal):
+    def __init__(
+        self, uri: str, experiment_id: str, parent_run_id: str, sweep: str, journal: Journal
+    ):
         self.uri, self.experiment_id, self.parent = uri, experiment_id, parent_run_id
         self.sweep = sweep
         self.journal, self.queue = journal, queue.Queue(QUEUE_SIZE)
@@ -186,8 +207,11 @@ class Sender:
             self.journal.copy_to_mirror()
             self.mirrored_at = time.monotonic()
         except OSError as exc:
-            log.warning("could not copy the waiting MLflow records to %s (%s)",
-                        self.journal.mirror, first_line(exc, 160))
+            log.warning(
+                "could not copy the waiting MLflow records to %s (%s)",
+                self.journal.mirror,
+                first_line(exc, 160),
+            )
 
     def _run(self):
         self._attempt(self._load)
@@ -212,7 +236,8 @@ class Sender:
         records = [r for r in records if r["seq"] > self.delivered]
         seqs = [r["seq"] for r in records]
         if seqs != list(range(self.delivered + 1, self.delivered + 1 + len(seqs))) or (
-                not records and self.delivered < self.journal.last):
+            not records and self.delivered < self.journal.last
+        ):
             records = self.journal.records(self.delivered)[:BATCH]  # the queue missed some
         return records
 
@@ -222,7 +247,7 @@ class Sender:
         for record in records:
             trials.setdefault(record["trial_id"], []).append(record)
         for group in trials.values():
-            self._attempt(lambda: self._send(merged(group)))
+            self._attempt(lambda group=group: self._send(merged(group)))
         self.journal.ack(records[-1]["seq"])
         if self.journal.mirrored and records[-1]["seq"] == self.journal.last:
             self._mirror()  # every record is in MLflow: the copy goes
@@ -240,9 +265,12 @@ class Sender:
                 self.client = None
                 if self.failing_since is None:
                     self.failing_since = time.monotonic()
-                    log.warning("MLflow at %s is not answering (%s); records wait in %s and "
-                                "are retried", self.uri, first_line(exc, 160),
-                                self.journal.path)
+                    log.warning(
+                        "MLflow at %s is not answering (%s); records wait in %s and are retried",
+                        self.uri,
+                        first_line(exc, 160),
+                        self.journal.path,
+                    )
                 if time.monotonic() - self.mirrored_at > MIRROR_SECONDS:
                     self._mirror()
                 time.sleep(BACKOFF_SECONDS[min(attempt, len(BACKOFF_SECONDS) - 1)])
@@ -258,8 +286,8 @@ class Sender:
     def _load(self):
         """What MLflow already has of this sweep (a resumed sweep reuses its runs)."""
         for run in self._mlflow().search_runs(
-                [self.experiment_id], f"tags.mlflow.parentRunId = '{self.parent}'",
-                max_results=50000):
+            [self.experiment_id], f"tags.mlflow.parentRunId = '{self.parent}'", max_results=50000
+        ):
             self._know(run)
 
     def _know(self, run):
@@ -275,14 +303,25 @@ class Sender:
         reached the server), or created."""
         if trial_id not in self.runs:
             found = self._mlflow().search_runs(
-                [self.experiment_id], f"tags.mlflow.parentRunId = '{self.parent}' and "
-                f"tags.trial_id = '{trial_id}'", max_results=1)
+                [self.experiment_id],
+                f"tags.mlflow.parentRunId = '{self.parent}' and tags.trial_id = '{trial_id}'",
+                max_results=1,
+            )
             if found:
                 self._know(found[0])
             else:
-                run = self._mlflow().create_run(self.experiment_id, run_name=name, tags={
-                    **provenance_tags(), "mlflow.parentRunId": self.parent, "kind": "trial",
-                    "trial_id": trial_id, "sweep": self.sweep, "status": "running"})
+                run = self._mlflow().create_run(
+                    self.experiment_id,
+                    run_name=name,
+                    tags={
+                        **provenance_tags(),
+                        "mlflow.parentRunId": self.parent,
+                        "kind": "trial",
+                        "trial_id": trial_id,
+                        "sweep": self.sweep,
+                        "status": "running",
+                    },
+                )
                 self.runs[trial_id] = run.info.run_id
         return self.runs[trial_id]
 
@@ -301,9 +340,12 @@ class Sender:
         if dataset:  # MLflow links a dataset to a run once, however often it is sent
             self._mlflow().log_inputs(run_id, [dataset_input(dataset)])
         for i in range(0, max(len(metrics), 1), 900):  # MLflow's batch limit
-            self._mlflow().log_batch(run_id, metrics=metrics[i:i + 900],
-                                     params=params if i == 0 else [],
-                                     tags=tags if i == 0 else [])
+            self._mlflow().log_batch(
+                run_id,
+                metrics=metrics[i : i + 900],
+                params=params if i == 0 else [],
+                tags=tags if i == 0 else [],
+            )
         if metrics:
             self.max_epoch[trial_id] = max(m.step for m in metrics)
         if record["end"] and not finished:
@@ -316,28 +358,33 @@ def merged(records: list[dict]) -> dict:
     """One trial's consecutive records as one: their metrics in order, the last value of each
     param and tag, and the last end."""
     last_end = next((r for r in reversed(records) if r["end"]), records[-1])
-    return {"trial_id": records[0]["trial_id"],
-            "name": next((r["name"] for r in records if r["name"]), None),
-            "dataset": next((r.get("dataset") for r in records if r.get("dataset")), None),
-            "end": last_end["end"], "end_time": last_end["end_time"],
-            "metrics": [m for r in records for m in r["metrics"]],
-            **{kind: list({k: [k, v] for r in records for k, v in r[kind]}.values())
-               for kind in ("params", "tags")}}
+    return {
+        "trial_id": records[0]["trial_id"],
+        "name": next((r["name"] for r in records if r["name"]), None),
+        "dataset": next((r.get("dataset") for r in records if r.get("dataset")), None),
+        "end": last_end["end"],
+        "end_time": last_end["end_time"],
+        "metrics": [m for r in records for m in r["metrics"]],
+        **{
+            kind: list({k: [k, v] for r in records for k, v in r[kind]}.values())
+            for kind in ("params", "tags")
+        },
+    }
 
 
 _SENDERS: dict[Path, Sender] = {}  # one sender per journal in this process
 _SENDERS_LOCK = threading.Lock()
 
 
-def sender_for(experiment: str, uri: str, experiment_id: str, parent_run_id: str,
-               sweep: str) -> Sender:
+def sender_for(
+    experiment: str, uri: str, experiment_id: str, parent_run_id: str, sweep: str
+) -> Sender:
     """The sender of the sweep whose storage is `experiment` (started on first use)."""
     directory, mirror = journal_location(experiment, sweep)
     key = Path(directory).resolve()
     with _SENDERS_LOCK:
         if key not in _SENDERS:
-            _SENDERS[key] = Sender(uri, experiment_id, parent_run_id, sweep,
-                                   Journal(key, mirror))
+            _SENDERS[key] = Sender(uri, experiment_id, parent_run_id, sweep, Journal(key, mirror))
         return _SENDERS[key]
 
 
@@ -345,8 +392,15 @@ class MLflowTracker(Callback):
     """Ray Tune callback: the sweep's trial events as records for its sender (picklable: the
     sender is found again, or started, by `setup`)."""
 
-    def __init__(self, tracking_uri: str, experiment_id: str, parent_run_id: str,
-                 sweep: str, experiment: str, cells: dict):
+    def __init__(
+        self,
+        tracking_uri: str,
+        experiment_id: str,
+        parent_run_id: str,
+        sweep: str,
+        experiment: str,
+        cells: dict,
+    ):
         self.tracking_uri, self.experiment_id = tracking_uri, experiment_id
         self.parent_run_id, self.sweep, self.experiment = parent_run_id, sweep, experiment
         self.cells = cells
@@ -363,16 +417,23 @@ class MLflowTracker(Callback):
 
     def setup(self, **info):
         self._reset()
-        self.sender = sender_for(self.experiment, self.tracking_uri, self.experiment_id,
-                                 self.parent_run_id, self.sweep)
+        self.sender = sender_for(
+            self.experiment, self.tracking_uri, self.experiment_id, self.parent_run_id, self.sweep
+        )
 
-    def _record(self, trial_id: str, metrics=(), params=(), tags=(), end=None, name=None,
-                dataset=None):
-        record = {"trial_id": trial_id, "name": name, "end": end, "dataset": dataset,
-                  "end_time": int(time.time() * 1000) if end else None,
-                  "metrics": [[m.key, m.value, m.timestamp, m.step] for m in metrics],
-                  "params": [[p.key, p.value] for p in params],
-                  "tags": [[t.key, t.value] for t in tags]}
+    def _record(
+        self, trial_id: str, metrics=(), params=(), tags=(), end=None, name=None, dataset=None
+    ):
+        record = {
+            "trial_id": trial_id,
+            "name": name,
+            "end": end,
+            "dataset": dataset,
+            "end_time": int(time.time() * 1000) if end else None,
+            "metrics": [[m.key, m.value, m.timestamp, m.step] for m in metrics],
+            "params": [[p.key, p.value] for p in params],
+            "tags": [[t.key, t.value] for t in tags],
+        }
         self.sender.put(self.sender.journal.append(record))
 
     def start_run(self, trial):
@@ -383,12 +444,17 @@ class MLflowTracker(Callback):
         self.started.add(trial.trial_id)
         config = trial.config
         cfg = trial_config(config, self.cells)
-        params = {**{k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
-                  **flat_params(config, self.cells),
-                  "loss_unit": get_task(cfg.task).loss_unit}
-        self._record(trial.trial_id, name=f"{cfg.arch}-d{cfg.depth}-{trial.trial_id}",
-                     dataset=cfg.dataset,
-                     params=[Param(k, str(v)[:6000]) for k, v in sorted(params.items())])
+        params = {
+            **{k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
+            **flat_params(config, self.cells),
+            "loss_unit": get_task(cfg.task).loss_unit,
+        }
+        self._record(
+            trial.trial_id,
+            name=f"{cfg.arch}-d{cfg.depth}-{trial.trial_id}",
+            dataset=cfg.dataset,
+            params=[Param(k, str(v)[:6000]) for k, v in sorted(params.items())],
+        )
 
     def on_trial_start(self, iteration, trials, trial, **info):
         self.start_run(trial)
@@ -400,16 +466,20 @@ class MLflowTracker(Callback):
             return  # reported again after a restore: recorded already
         self.epoch[trial.trial_id] = epoch
         now = int(time.time() * 1000)
-        metrics = [Metric(k, float(v), now, epoch) for k, v in result.items()
-                   if k not in SKIP_RESULT_KEYS and isinstance(v, (int, float))
-                   and not isinstance(v, bool)]
+        metrics = [
+            Metric(k, float(v), now, epoch)
+            for k, v in result.items()
+            if k not in SKIP_RESULT_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool)
+        ]
         metrics.append(Metric("epoch", float(epoch), now, epoch))
-        placement = {tag: str(result[key]) for key, tag in PLACEMENT_KEYS.items()
-                     if key in result}
+        placement = {tag: str(result[key]) for key, tag in PLACEMENT_KEYS.items() if key in result}
         changed = placement != self.placement.get(trial.trial_id)
         self.placement[trial.trial_id] = placement
-        self._record(trial.trial_id, metrics=metrics,
-                     tags=[RunTag(k, v) for k, v in placement.items()] if changed else [])
+        self._record(
+            trial.trial_id,
+            metrics=metrics,
+            tags=[RunTag(k, v) for k, v in placement.items()] if changed else [],
+        )
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         result = trial.last_result or {}
@@ -422,8 +492,11 @@ class MLflowTracker(Callback):
 
     def on_trial_error(self, iteration, trials, trial, **info):
         self.start_run(trial)
-        self._record(trial.trial_id, tags=[RunTag("status", "failed"),
-                                           RunTag("error", error_line(trial))], end="FAILED")
+        self._record(
+            trial.trial_id,
+            tags=[RunTag("status", "failed"), RunTag("error", error_line(trial))],
+            end="FAILED",
+        )
 
 
 def error_line(trial) -> str:

@@ -1,4 +1,5 @@
 """The Ray Tune trainable: one trial = one `Trainer`, reporting each epoch with a checkpoint."""
+
 import logging
 import os
 import socket
@@ -29,7 +30,8 @@ def assigned_gpus() -> list:
             f"Ray gave this trial GPU {','.join(map(str, gpus))} on {socket.gethostname()} but "
             f"torch {torch.__version__} sees no CUDA device there: install a CUDA build of "
             f"torch on the GPU nodes, or set resources.gpu=0 ({ALLOW_CPU_FALLBACK}=1 trains "
-            "on the CPU instead)")
+            "on the CPU instead)"
+        )
     return gpus
 
 
@@ -52,16 +54,24 @@ def run_trial(config: dict, cells: dict):
     if checkpoint:
         with checkpoint.as_directory() as directory:
             trainer.load(directory)
-    placement = {"device": str(trainer.device), "gpu_ids": ",".join(map(str, gpus)) or "none",
-                 "node_id": ray.get_runtime_context().get_node_id(),
-                 "torch_version": str(torch.__version__)}
+    placement = {
+        "device": str(trainer.device),
+        "gpu_ids": ",".join(map(str, gpus)) or "none",
+        "node_id": ray.get_runtime_context().get_node_id(),
+        "torch_version": str(torch.__version__),
+    }
     while trainer.epoch < cfg.epochs and trainer.status == "running":
         metrics = trainer.run_epoch()
         if trainer.status != "running" or trainer.epoch >= cfg.epochs:
             final = trainer.finish()
-            metrics.update({k: v for k, v in final.items() if k.startswith(("test_", "full_"))},
-                           status=final["status"], best_epoch=final["best_epoch"])
+            metrics.update(
+                {k: v for k, v in final.items() if k.startswith(("test_", "full_"))},
+                status=final["status"],
+                best_epoch=final["best_epoch"],
+            )
         with tempfile.TemporaryDirectory() as directory:
             trainer.save(directory)
-            tune.report({**metrics, **placement, "params": trainer.params},
-                        checkpoint=tune.Checkpoint.from_directory(directory))
+            tune.report(
+                {**metrics, **placement, "params": trainer.params},
+                checkpoint=tune.Checkpoint.from_directory(directory),
+            )

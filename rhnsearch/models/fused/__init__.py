@@ -2,6 +2,7 @@
 a hand-written backward (rhn.py, dtrnn.py), on oneDNN's packed products where they work
 (kernels.py). The cells in ../cells.py define what these loops compute; the tests hold the two
 to each other."""
+
 import torch
 
 from ..cells import DTRNNCell, HSGCell, RHNCell
@@ -19,10 +20,10 @@ def run(cell, p: torch.Tensor, state: torch.Tensor, mask, keep_gates: bool = Fal
     recurrent = [lin.weight for lin in cell.recurrent] + [lin.bias for lin in cell.recurrent]
     if isinstance(cell, RHNCell):
         hsg = isinstance(cell, HSGCell)
-        extra = [cell.gate_state.weight, cell.gate_new.weight, cell.gate_new.bias] if hsg \
-            else []
-        out, transform, g = RHNLoop.apply(p, state, mask, cell.depth, hsg, keep_gates,
-                                          *recurrent, *extra)
+        extra = [cell.gate_state.weight, cell.gate_new.weight, cell.gate_new.bias] if hsg else []
+        out, transform, g = RHNLoop.apply(
+            p, state, mask, cell.depth, hsg, keep_gates, *recurrent, *extra
+        )
         gates = {"transform": transform, **({"hsg": g} if hsg else {})} if keep_gates else {}
         return out, gates
     extra = [cell.shortcut.weight] if cell.has_shortcuts else []

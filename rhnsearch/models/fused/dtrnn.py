@@ -1,5 +1,6 @@
 """The fused time loop of DTRNNCell and DTSRNNCell: an autograd Function with a hand-written
 backward (the same scheme as rhn.py)."""
+
 import torch
 from torch.autograd.function import once_differentiable
 
@@ -18,7 +19,7 @@ class DTRNNLoop(torch.autograd.Function):
     @staticmethod
     def forward(ctx, p, y0, mask, depth, shortcuts, *params):
         (T, B, _), n, L = p.shape, y0.shape[1], depth
-        weights, biases = params[:L], [2 * b for b in params[L:2 * L]]
+        weights, biases = params[:L], [2 * b for b in params[L : 2 * L]]
         direct = (2 * (p[..., :n] + params[L])).unbind(0)
         if shortcuts:
             shortcut = Linear(2 * params[-1], B)
@@ -37,8 +38,7 @@ class DTRNNLoop(torch.autograd.Function):
                 if layer == 0:
                     u = lins[0](x, other=direct[t], act="sigmoid")
                 elif layer == L - 1 and shortcuts:
-                    u = lins[layer](z, biases[layer], shortcut(x, other=via_shortcut[t]),
-                                    "sigmoid")
+                    u = lins[layer](z, biases[layer], shortcut(x, other=via_shortcut[t]), "sigmoid")
                 else:
                     u = lins[layer](z, biases[layer], act="sigmoid")
                 z = torch.add(-1, u, alpha=2, out=dst[layer * T + t])
@@ -55,7 +55,7 @@ class DTRNNLoop(torch.autograd.Function):
         slopes.neg_().add_(1)
         WORKSPACE.give_when_freed(ctx, inputs, hidden, slopes)
         ctx.depth, ctx.shortcuts = L, shortcuts
-        ctx.save_for_backward(mask, slopes, inputs, hidden, *weights, *params[2 * L:])
+        ctx.save_for_backward(mask, slopes, inputs, hidden, *weights, *params[2 * L :])
         return out
 
     @staticmethod
@@ -83,8 +83,7 @@ class DTRNNLoop(torch.autograd.Function):
         grad_flat = grad_pre.view(L, T * B, n)
         step_inputs, layer_inputs = inputs.view(T * B, n), hidden.view(L - 1, T * B, n)
         grad_w = [weight_grad(grad_flat[0], step_inputs)]
-        grad_w += [weight_grad(grad_flat[layer], layer_inputs[layer - 1])
-                   for layer in range(1, L)]
+        grad_w += [weight_grad(grad_flat[layer], layer_inputs[layer - 1]) for layer in range(1, L)]
         grad_p = torch.cat([grad_pre[0], grad_pre[-1]], -1) if shortcuts else grad_pre[0].clone()
         extra = [weight_grad(grad_flat[-1], step_inputs)] if shortcuts else []
         grads = (grad_p, carry, None, None, None, *grad_w, *grad_flat.sum(1).unbind(0), *extra)

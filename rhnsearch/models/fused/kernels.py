@@ -7,6 +7,7 @@ private PyTorch ops: `ONEDNN` is True only if `probe()` found them working, on t
 with results equal to the public ops'; otherwise (and on CUDA, in float64, for products under
 MIN_MACS multiply-adds, or with RHNSEARCH_ONEDNN=0) everything runs on public torch ops.
 """
+
 import collections
 import math
 import os
@@ -25,8 +26,9 @@ def probe(ops=None) -> bool:
             return False
         ops = torch.ops.mkldnn
     gen = torch.Generator().manual_seed(0)
-    x, w, b, other = (torch.randn(*shape, generator=gen) for shape in
-                      [(4, 8), (6, 8), (6,), (4, 6)])
+    x, w, b, other = (
+        torch.randn(*shape, generator=gen) for shape in [(4, 8), (6, 8), (6,), (4, 6)]
+    )
     want = torch.addmm(b, x, w.t())
     try:
         packed = ops._reorder_linear_weight(w, 4)
@@ -35,8 +37,10 @@ def probe(ops=None) -> bool:
         multiplied = ops._linear_pointwise.binary(x, other, packed, b, "mul")
     except Exception:  # noqa: BLE001 - a missing or changed private op
         return False
-    return all(torch.allclose(got, ref, rtol=1e-4, atol=1e-5) for got, ref in
-               [(plain, want.sigmoid()), (added, want + other), (multiplied, want * other)])
+    return all(
+        torch.allclose(got, ref, rtol=1e-4, atol=1e-5)
+        for got, ref in [(plain, want.sigmoid()), (added, want + other), (multiplied, want * other)]
+    )
 
 
 ONEDNN = os.environ.get("RHNSEARCH_ONEDNN", "1") != "0" and probe()
@@ -78,8 +82,7 @@ class Linear:
         """(x @ weight.T + bias) `op` other, op "add" or "mul", then the activation."""
         if self.onednn:
             if other is None:
-                return torch.ops.mkldnn._linear_pointwise.default(x, self.weight, bias, act,
-                                                                   [], "")
+                return torch.ops.mkldnn._linear_pointwise.default(x, self.weight, bias, act, [], "")
             y = torch.ops.mkldnn._linear_pointwise.binary(x, other, self.weight, bias, op)
         elif other is not None and op == "add":
             y = torch.addmm(other, x, self.weight)
@@ -112,7 +115,7 @@ class Workspace:
             while self.returned:
                 self.free.append(self.returned.popleft())
             self.free.sort(key=torch.Tensor.numel)
-            del self.free[:-self.keep]
+            del self.free[: -self.keep]
             for i, b in enumerate(self.free):  # the smallest that fits
                 if b.numel() >= numel and b.dtype == like.dtype and b.device == like.device:
                     buf = self.free.pop(i)

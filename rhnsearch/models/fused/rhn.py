@@ -5,6 +5,7 @@ the activation by oneDNN on CPU, and two element-wise ops); everything else is d
 steps at once: the derivative factors after the forward loop, the weight gradients after the
 backward loop (one product per weight). Large arrays come from a reused pool (kernels.py).
 """
+
 import torch
 from torch.autograd.function import once_differentiable
 
@@ -33,14 +34,17 @@ class RHNLoop(torch.autograd.Function):
     def forward(ctx, p, s0, mask, depth, hsg, keep_gates, *params):
         T, B, n2 = p.shape
         n, L = n2 // 2, depth
-        weights, biases = params[:L], params[L:2 * L]
+        weights, biases = params[:L], params[L : 2 * L]
         scale, shift = _sigmoid_trick(n, p)
         steps = ((p + biases[0]) * scale).unbind(0)
         lins = [Linear(w * scale[:, None], B) for w in weights]
         biases = [None] + [b * scale for b in biases[1:]]
         if hsg:
-            gate_state, gate_new, gate_bias = Linear(params[-3], B), Linear(params[-2], B), \
-                params[-1]
+            gate_state, gate_new, gate_bias = (
+                Linear(params[-3], B),
+                Linear(params[-2], B),
+                params[-1],
+            )
         need_grad = any(ctx.needs_input_grad)
         # Layouts: per step, layer l's [h_l, t_l] in `ht` (L, B, 2n), overwritten each step;
         # `prev` (L, T, B, n) holds the state each layer started from (layer-major: the
@@ -91,8 +95,9 @@ class RHNLoop(torch.autograd.Function):
             return out, *gates_out
         WORKSPACE.give_when_freed(ctx, factors, carries, *pooled)
         ctx.depth, ctx.hsg = L, hsg
-        ctx.save_for_backward(s0, mask, factors, carries, inputs, out, last, gates,
-                              *weights, *params[2 * L:])
+        ctx.save_for_backward(
+            s0, mask, factors, carries, inputs, out, last, gates, *weights, *params[2 * L :]
+        )
         return out, *gates_out
 
     @staticmethod
@@ -111,7 +116,7 @@ class RHNLoop(torch.autograd.Function):
         carry_of, grad_outs = carries.view(T * L, B, n).unbind(0), grad_out.unbind(0)
         back = [Linear(w.t(), B) for w in weights[:L]]
         if hsg:
-            w_r, w_f = weights[L:L + 2]
+            w_r, w_f = weights[L : L + 2]
             gate_state, gate_new = Linear(w_r.t(), B), Linear(w_f.t(), B)
             s_hat_prev = torch.cat([s0.unsqueeze(0), out[:-1]])
             gate_factor = (s_hat_prev - last) * gates * (1 - gates)
@@ -132,12 +137,22 @@ class RHNLoop(torch.autograd.Function):
             carry = carry_hat.add_(g) if hsg else g
         grad_flat = [grad_p.view(T * B, n2), *grad_rest.view(L - 1, T * B, n2)]
         layer_inputs = inputs.view(L, T * B, n)
-        grads = [grad_p, carry, None, None, None, None,
-                 *(weight_grad(grad_flat[layer], layer_inputs[layer]) for layer in range(L)),
-                 *(g.sum(0) for g in grad_flat)]
+        grads = [
+            grad_p,
+            carry,
+            None,
+            None,
+            None,
+            None,
+            *(weight_grad(grad_flat[layer], layer_inputs[layer]) for layer in range(L)),
+            *(g.sum(0) for g in grad_flat),
+        ]
         if hsg:
             grad_gate = grad_gate.view(T * B, n)
-            grads += [weight_grad(grad_gate, s_hat_prev.view(T * B, n)),
-                      weight_grad(grad_gate, last.view(T * B, n)), grad_gate.sum(0)]
+            grads += [
+                weight_grad(grad_gate, s_hat_prev.view(T * B, n)),
+                weight_grad(grad_gate, last.view(T * B, n)),
+                grad_gate.sum(0),
+            ]
         WORKSPACE.give(grad_rest)
         return tuple(grads)
