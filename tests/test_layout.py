@@ -135,3 +135,33 @@ def test_only_the_tasks_module_branches_on_a_task_name():
             ):
                 offenders.append(f"{name}:{node.lineno}")
     assert offenders == []
+
+
+def test_every_import_of_the_package_is_a_declared_dependency():
+    """Each library the package imports (at the top or in a function) is named by a
+    distribution in pyproject.toml's dependencies, so that `pip install .` brings it."""
+    import importlib.metadata
+    import re
+    import sys
+    import tomllib
+
+    project = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["project"]
+    declared = {
+        re.split(r"[\[<>=!~; ]", d, maxsplit=1)[0].lower().replace("_", "-")
+        for d in project["dependencies"]
+    }
+    providers = importlib.metadata.packages_distributions()
+    imported = set()
+    for tree in modules().values():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                imported.add(node.module.split(".")[0])
+    libraries = imported - set(sys.stdlib_module_names) - {"rhnsearch"}
+    undeclared = {
+        name: providers.get(name)
+        for name in libraries
+        if not {d.lower() for d in providers.get(name, [])} & declared
+    }
+    assert undeclared == {}, f"imported but not in pyproject.toml's dependencies: {undeclared}"
