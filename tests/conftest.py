@@ -135,12 +135,12 @@ def http_file_server(root: Path):
         server.server_close()
 
 
-# Commands that start Ray (unless they refuse their input first, exit 2) or a server.
+# Commands that run a sweep on Ray, or start a server, unless they refuse their input (exit 2).
 STARTS = {
-    ("sweep", "run"): "cluster",
-    ("sweep", "resume"): "cluster",
-    ("sweep", "submit"): "cluster",
-    ("ui",): "services",
+    ("sweep", "run"): SWEEP,
+    ("sweep", "resume"): SWEEP,
+    ("sweep", "submit"): SWEEP,
+    ("ui",): ("services",),
 }
 
 
@@ -167,9 +167,10 @@ def rhnsearch_cli(*args, cwd, timeout=300, check=True, env=None):
         ) from None
     result = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     words = tuple(map(str, args))
-    for start, tier in STARTS.items():
+    for start, needed in STARTS.items():
         if words[: len(start)] == start and proc.returncode != 2:
-            tiers.needs(tier, f"ran `rhnsearch {' '.join(start)}`")
+            for tier in needed:
+                tiers.needs(tier, f"ran `rhnsearch {' '.join(start)}`")
     if check and proc.returncode != 0:
         raise AssertionError(
             f"rhnsearch {' '.join(map(str, args))} exited "
@@ -453,13 +454,13 @@ class RayCluster:
             shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-@contextmanager
-def ray_cluster():
-    cluster = RayCluster()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+@pytest.fixture
+def cluster():
+    """A Ray cluster of `ray start` nodes on loopback (start them with .head() and .worker()),
+    stopped after the test."""
+    nodes = RayCluster()
+    yield nodes
+    nodes.stop()
 
 
 # -- a sweep driver running in the background ----------------------------------------------

@@ -6,6 +6,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT
 
 
@@ -15,6 +17,8 @@ def readme_example() -> str:
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
+@pytest.mark.slow
+@pytest.mark.cluster  # the example runs a sweep on a local Ray
 def test_readme_python_example_runs(tmp_path, data_dir):
     code = readme_example()
     assert 8 <= len(code.strip().splitlines()) <= 14

@@ -358,6 +358,7 @@ def listening(port: int) -> list[str]:
     ]
 
 
+@pytest.mark.services  # starts `rhnsearch ui`, an MLflow server
 def test_ui_listens_on_loopback_only(tmp_path):
     """`rhnsearch ui` without --host: the server listens on 127.0.0.1 only, the machine's
     other addresses are refused, and stopping the command frees the port."""

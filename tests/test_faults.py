@@ -26,13 +26,11 @@ from conftest import (
     free_port,
     json_summary,
     kill_all,
-    ray_cluster,
     rhnsearch_cli,
     rhnsearch_main,
     wait_until,
 )
 
-pytestmark = pytest.mark.slow
 SMALL = ["--set", "archs=[rhn]", "--set", "scheduler.name=fifo"]
 
 
@@ -260,6 +258,42 @@ def test_a_saved_state_laid_out_otherwise_is_one_warning(state, tmp_path, caplog
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
 
 
+@pytest.mark.parametrize("state", ["read", "renamed", "unreadable"])
+def test_runs_are_deleted_only_on_the_strength_of_a_state_read(state, tmp_path, caplog):
+    """A sweep's trial run that Tune's saved state does not list is deleted (a killed driver
+    had started it before Tune saved it; the resume ran its setting again), but only where
+    that state was read: a state renamed (as a Ray release might) or unreadable deletes
+    nothing, and says so in one warning line."""
+    from rhnsearch.search.sweep import drop_lost_runs
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.create_experiment("drop")
+    parent = client.create_run(experiment).info.run_id
+    for trial in ("saved", "unsaved"):
+        client.create_run(
+            experiment, tags={"mlflow.parentRunId": parent, "trial_id": trial, "kind": "trial"}
+        )
+    folder = tmp_path / "sweep"
+    folder.mkdir()
+    listed = json.dumps({"trial_data": [[json.dumps({"trial_id": "saved"}), "{}"]]})
+    name, text = {
+        "read": ("experiment_state-2026-11-25_06-00-00.json", listed),
+        "renamed": ("tune_experiment_state-2026-11-25_06-00-00.json", listed),
+        "unreadable": ("experiment_state-2026-11-25_06-00-00.json", '{"trial_data": [['),
+    }[state]
+    (folder / name).write_text(text)
+    drop_lost_runs(client, {"experiment_id": experiment, "parent_run_id": parent}, str(folder))
+    kept = {
+        r.data.tags["trial_id"] for r in client.search_runs([experiment], "tags.kind = 'trial'")
+    }
+    assert kept == ({"saved"} if state == "read" else {"saved", "unsaved"})
+    warnings = [r.getMessage() for r in caplog.records if r.name == "rhnsearch"]
+    assert len(warnings) == 1 and "\n" not in warnings[0]
+    assert (
+        "deleted 1 MLflow run" if state == "read" else "every MLflow run of the sweep is kept"
+    ) in warnings[0]
+
+
 def test_tune_writes_the_storage_in_whole_files(tmp_path):
     """Tune copies its state and the checkpoints into the storage file by file. Through the
     sweep's filesystem a file appears under its name only once it is whole: a writer killed
@@ -387,7 +421,9 @@ def node_processes(gcs: str, head: bool) -> list[psutil.Process]:
     return [node, *node.children(recursive=True), *agents]
 
 
-def test_nodes_sharing_no_disk_keep_the_sweep_in_a_bucket(tmp_path, data_dir, sweeps, s3_server):
+def test_nodes_sharing_no_disk_keep_the_sweep_in_a_bucket(
+    tmp_path, data_dir, sweeps, s3_server, cluster
+):
     """A worker node that sees no directory of the test (its own mount namespace, an empty
     tmpfs over the test's whole tmp dir: the driver's working dir and its results/); only a
     bucket in common. Without --storage-path the sweep is refused; on the bucket, the trials
@@ -399,89 +435,88 @@ def test_nodes_sharing_no_disk_keep_the_sweep_in_a_bucket(tmp_path, data_dir, sw
     bucket = s3_server.bucket()
     storage = s3_server.uri(bucket)
     driver.mkdir()
-    with ray_cluster() as cluster:
-        cluster.head(cpus=1).worker(cpus=1, hide=[tmp_path])
-        refused = rhnsearch_cli(
-            "sweep",
-            "run",
-            JSB_SPACE,
-            "--preset",
-            "smoke",
-            "--address",
-            cluster.gcs,
-            "--data-dir",
-            data_dir,
-            cwd=driver,
-            check=False,
-            env=cluster.env,
-        )
-        assert refused.returncode == 2 and "pass --storage-path" in refused.stderr
-        assert refused.stderr.count("\n") == 1
-        sweep = sweeps(
-            driver,
-            "split",
-            data_dir,
-            "--address",
-            cluster.gcs,
-            *SMALL,
-            "--set",
-            "depths=[2]",
-            "--set",
-            "samples=4",
-            "--set",
-            f"fixed.epochs={epochs}",
-            storage=storage,
-            env=cluster.env,
-        )
-        on_worker = set()
+    cluster.head(cpus=1).worker(cpus=1, hide=[tmp_path])
+    refused = rhnsearch_cli(
+        "sweep",
+        "run",
+        JSB_SPACE,
+        "--preset",
+        "smoke",
+        "--address",
+        cluster.gcs,
+        "--data-dir",
+        data_dir,
+        cwd=driver,
+        check=False,
+        env=cluster.env,
+    )
+    assert refused.returncode == 2 and "pass --storage-path" in refused.stderr
+    assert refused.stderr.count("\n") == 1
+    sweep = sweeps(
+        driver,
+        "split",
+        data_dir,
+        "--address",
+        cluster.gcs,
+        *SMALL,
+        "--set",
+        "depths=[2]",
+        "--set",
+        "samples=4",
+        "--set",
+        f"fixed.epochs={epochs}",
+        storage=storage,
+        env=cluster.env,
+    )
+    on_worker = set()
 
-        def trial_on_worker_node_at_epoch_2():
-            on_worker.update(p.pid for p in node_processes(cluster.gcs, head=False))
-            return any(
-                rows[-1]["epoch"] >= 2 and rows[-1]["pid"] in on_worker
-                for rows in sweep.results().values()
-                if rows
-            )
-
-        wait_until(trial_on_worker_node_at_epoch_2, "a trial on the worker reached epoch 2")
-        head = node_id(cluster.gcs, head=True)
-        victims = node_processes(cluster.gcs, head=False)
-        kill_all(victims)  # `ray stop` on the worker node
-        victims = {p.pid for p in victims}
-
-        def moved_trial_went_on():
-            return any(
-                rows[0]["pid"] in victims and rows[-1]["pid"] not in victims
-                for rows in sweep.results().values()
-                if rows
-            )
-
-        wait_until(moved_trial_went_on, "the worker's trial went on on the head")
-        sweep.stop()
-        results = sweep.results()
-        assert not all(rows and rows[-1]["status"] != "running" for rows in results.values()), (
-            "the sweep ended before the kill"
+    def trial_on_worker_node_at_epoch_2():
+        on_worker.update(p.pid for p in node_processes(cluster.gcs, head=False))
+        return any(
+            rows[-1]["epoch"] >= 2 and rows[-1]["pid"] in on_worker
+            for rows in sweep.results().values()
+            if rows
         )
-        proc = rhnsearch_cli(
-            "sweep",
-            "resume",
-            "split",
-            "--address",
-            cluster.gcs,
-            "--storage-path",
-            storage,
-            "--json",
-            cwd=driver,
-            timeout=600,
-            env={**cluster.env, "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "0"},
+
+    wait_until(trial_on_worker_node_at_epoch_2, "a trial on the worker reached epoch 2")
+    head = node_id(cluster.gcs, head=True)
+    victims = node_processes(cluster.gcs, head=False)
+    kill_all(victims)  # `ray stop` on the worker node
+    victims = {p.pid for p in victims}
+
+    def moved_trial_went_on():
+        return any(
+            rows[0]["pid"] in victims and rows[-1]["pid"] not in victims
+            for rows in sweep.results().values()
+            if rows
         )
-        local = [
-            p
-            for d in (driver, *map(Path, cluster.temp_dirs))
-            for p in d.rglob("*")
-            if p.name == "trainer.pt" or p.name.startswith("checkpoint_")
-        ]
-        assert not local, local  # (Tune's JSON logger, on for this test, stages its files)
+
+    wait_until(moved_trial_went_on, "the worker's trial went on on the head")
+    sweep.stop()
+    results = sweep.results()
+    assert not all(rows and rows[-1]["status"] != "running" for rows in results.values()), (
+        "the sweep ended before the kill"
+    )
+    proc = rhnsearch_cli(
+        "sweep",
+        "resume",
+        "split",
+        "--address",
+        cluster.gcs,
+        "--storage-path",
+        storage,
+        "--json",
+        cwd=driver,
+        timeout=600,
+        env={**cluster.env, "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "0"},
+    )
+    local = [
+        p
+        for d in (driver, *map(Path, cluster.temp_dirs))
+        for p in d.rglob("*")
+        if p.name == "trainer.pt" or p.name.startswith("checkpoint_")
+    ]
+    assert not local, local  # (Tune's JSON logger, on for this test, stages its files)
     summary = json_summary(proc)
     assert summary["complete"] and summary["completed"] == 4, proc.stderr[-3000:]
     uri = f"sqlite:///{driver / 'results' / 'mlflow.db'}"
@@ -822,7 +857,7 @@ def test_a_silent_tracking_server_does_not_stall_the_sweep(mlflow_srv, tmp_path,
         assert steps == list(range(1, int(run.data.metrics["epoch"]) + 1)), steps
 
 
-def test_trials_on_fake_gpus_are_placed_and_refused_without_cuda(tmp_path, data_dir):
+def test_trials_on_fake_gpus_are_placed_and_refused_without_cuda(tmp_path, data_dir, cluster):
     """A node started with `--num-gpus 2` on this CPU-only machine: trials asking for 0.25 GPU
     share them four to a GPU (at most 8 at once), and each run records the GPU Ray gave it.
     Without CUDA in torch every trial fails with one line that says so, and the sweep exits
@@ -851,29 +886,28 @@ def test_trials_on_fake_gpus_are_placed_and_refused_without_cuda(tmp_path, data_
         "fixed.epochs=3",
         "--json",
     ]
-    with ray_cluster() as cluster:
-        cluster.head(cpus=8, gpus=2)
-        refused = rhnsearch_cli(
-            *args,
-            "--address",
-            cluster.gcs,
-            "--name",
-            "no-cuda",
-            cwd=tmp_path,
-            check=False,
-            timeout=600,
-            env=cluster.env,
-        )
-        fallback = rhnsearch_cli(
-            *args,
-            "--address",
-            cluster.gcs,
-            "--name",
-            "cpu-fallback",
-            cwd=tmp_path,
-            timeout=600,
-            env={**cluster.env, "RHNSEARCH_ALLOW_CPU_FALLBACK": "1"},
-        )
+    cluster.head(cpus=8, gpus=2)
+    refused = rhnsearch_cli(
+        *args,
+        "--address",
+        cluster.gcs,
+        "--name",
+        "no-cuda",
+        cwd=tmp_path,
+        check=False,
+        timeout=600,
+        env=cluster.env,
+    )
+    fallback = rhnsearch_cli(
+        *args,
+        "--address",
+        cluster.gcs,
+        "--name",
+        "cpu-fallback",
+        cwd=tmp_path,
+        timeout=600,
+        env={**cluster.env, "RHNSEARCH_ALLOW_CPU_FALLBACK": "1"},
+    )
     summary = json_summary(refused)
     assert refused.returncode == 1 and summary["failed"] == 8, refused.stderr[-3000:]
     uri = f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"

@@ -12,7 +12,6 @@ from test_sweep import check_child_runs
 
 from conftest import JSB_SPACE, json_summary, rhnsearch_cli, rhnsearch_main, wait_until
 
-pytestmark = pytest.mark.slow
 MAX_REQUESTS_PER_TRIAL_EPOCH = 10
 
 

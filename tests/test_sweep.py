@@ -27,7 +27,6 @@ from conftest import (
     ROOT,
     free_port,
     json_summary,
-    ray_cluster,
     rhnsearch_cli,
     rhnsearch_main,
     wait_until,
@@ -320,7 +319,7 @@ def test_driver_killed_then_resume_finishes_without_rerunning(tmp_path, data_dir
     assert parent_after.info.status == "FINISHED" and "resumed" in parent_after.data.tags
 
 
-def test_submit_to_a_two_node_cluster_behind_a_login(tmp_path, data_dir):
+def test_submit_to_a_two_node_cluster_behind_a_login(tmp_path, data_dir, cluster):
     """A sweep submitted as a Ray Job to a two-node cluster, logging to an MLflow server behind
     its basic-auth login: the credentials are in the cluster's environment (where `ray start`
     ran), which the job's driver inherits; rhnsearch puts them in no runtime env, log or
@@ -333,12 +332,9 @@ def test_submit_to_a_two_node_cluster_behind_a_login(tmp_path, data_dir):
         "MLFLOW_AUTH_ADMIN_PASSWORD": password,
     }
     storage = tmp_path / "storage"
-    with (
-        lab_services.mlflow_server(
-            f"sqlite:///{tmp_path / 'server.db'}", tmp_path, env=server_env, login=True
-        ) as uri,
-        ray_cluster() as cluster,
-    ):
+    with lab_services.mlflow_server(
+        f"sqlite:///{tmp_path / 'server.db'}", tmp_path, env=server_env, login=True
+    ) as uri:
         cluster.env.update(login)
         cluster.head().worker()
         env, dashboard = cluster.env, cluster.dashboard

@@ -179,6 +179,7 @@ def test_export_through_the_server_matches_the_sqlite_store(ui, jsb_smoke, tmp_p
     assert len(frames[0]) > jsb_smoke.summary["trials"]
 
 
+@pytest.mark.services  # starts `rhnsearch ui`, an MLflow server
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_ui_stopped_by_a_signal_takes_its_server_down(signum, tmp_path):
     """`kill PID` (a process manager) or Ctrl-C on `rhnsearch ui` alone, not on its process

@@ -85,12 +85,19 @@ def saved_trials(experiment: str) -> list:
     return json.loads(storage.read_text(storage.join(experiment, state)))["trial_data"]
 
 
-def saved_trial_ids(experiment: str) -> set[str]:
-    """The trials in Tune's newest saved experiment state."""
-    return {
-        (json.loads(info) if isinstance(info, str) else info)["trial_id"]
-        for info, _ in saved_trials(experiment)
-    }
+def saved_trial_ids(experiment: str) -> set[str] | None:
+    """The trials in Tune's newest saved experiment state, or None where there is no such
+    state or it is not laid out as expected (a Ray release that renames or changes it):
+    nothing can be concluded from it then."""
+    if newest(storage.listdir(experiment), storage.EXPERIMENT_STATE) is None:
+        return None
+    try:
+        return {
+            (json.loads(info) if isinstance(info, str) else info)["trial_id"]
+            for info, _ in saved_trials(experiment)
+        }
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def check_saved_state(experiment: str):

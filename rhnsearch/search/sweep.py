@@ -401,8 +401,18 @@ def finish(tuner, state: dict) -> dict:
 
 def drop_lost_runs(client: MlflowClient, state: dict, experiment_path: str):
     """Delete the runs of trials that a killed driver had started but Tune had not saved yet:
-    the resumed sweep does not know them, and runs their settings again as new trials."""
+    the resumed sweep does not know them, and runs their settings again as new trials. Only
+    on the strength of Tune's saved state, read: where it is missing or unreadable, every run
+    is kept, and a warning says so."""
     trials = saved_trial_ids(experiment_path)
+    if trials is None:
+        log.warning(
+            "Tune's saved experiment state was not found in %s or could not be read: every "
+            "MLflow run of the sweep is kept (a trial a killed driver had started before "
+            "Tune saved it may have a second run)",
+            experiment_path,
+        )
+        return
     lost = [run for run in child_runs(client, state) if run.data.tags.get("trial_id") not in trials]
     for run in lost:
         client.delete_run(run.info.run_id)
