@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -48,7 +49,7 @@ FIXTURE_TIERS = {
     "mlflow_server": ("services",),
     "mlflow_srv": ("services",),
     "browser": ("services",),
-    "slurm": ("services", "cluster"),
+    "slurm": ("services", "cluster", "slow"),
 }
 
 
@@ -339,6 +340,19 @@ def s3_server(tmp_path_factory):
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def slurm():
+    """A single-node Slurm of the session's own (slurm_cluster.py; root, Debian's daemons)."""
+    from slurm_cluster import Slurm
+
+    tiers.needs("services", "starts Slurm")
+    root = Path(tempfile.mkdtemp(prefix="slurm", dir="/tmp"))  # short: munge's socket
+    cluster = Slurm(root)
+    yield cluster
+    cluster.stop()
+    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

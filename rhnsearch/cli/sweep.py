@@ -95,6 +95,12 @@ def add_sweep(sub):
     add_run_options(run)
     run.add_argument("--address", help="Ray cluster address to join (HOST:PORT or auto)")
     run.add_argument("--json", action="store_true", help="print the summary as JSON")
+    run.add_argument(
+        "--resume",
+        action="store_true",
+        help="resume the sweep --name if it exists, else start it: one command for a job "
+        "that may run again (a requeued Slurm job)",
+    )
     run.set_defaults(run=cmd_run)
 
     resume = ssub.add_parser(
@@ -167,16 +173,68 @@ def add_sweep(sub):
 
     submit = ssub.add_parser(
         "submit",
-        help="submit a sweep as a Ray Job",
-        description="Submit the sweep to a Ray cluster through the "
-        "Jobs API (entrypoint and runtime_env from jobs/).",
+        help="submit a sweep as a Ray Job, or as a Slurm batch job",
+        description="Submit the sweep to a Ray cluster through the Jobs API (entrypoint and "
+        "runtime_env from jobs/), or with --slurm to Slurm: a batch script that starts a Ray "
+        "cluster in the allocation and runs the sweep there, resumed after a requeue, "
+        "preemption or time limit.",
     )
     add_run_options(submit)
-    submit.add_argument(
-        "--address", required=True, help="the cluster's dashboard, e.g. http://127.0.0.1:8265"
+    where = submit.add_mutually_exclusive_group(required=True)
+    where.add_argument("--address", help="the cluster's dashboard, e.g. http://127.0.0.1:8265")
+    where.add_argument("--slurm", action="store_true", help="submit with sbatch (below)")
+    submit.add_argument("--follow", action="store_true", help="Ray Job: follow its logs")
+    slurm = submit.add_argument_group(
+        "Slurm",
+        "with --slurm: the batch script is written to STORAGE/NAME/slurm/sweep.sbatch "
+        "(results/sweeps/NAME/slurm beside a bucket), its output appended to slurm-JOBID.out "
+        "there; paths are made absolute (the job runs on a node of the shared filesystem)",
     )
-    submit.add_argument("--follow", action="store_true", help="follow the logs to the end")
+    slurm.add_argument("--nodes", type=int, default=1, help="nodes (default 1)")
+    slurm.add_argument("--time", help="time limit, e.g. 24:00:00 (default: the partition's)")
+    slurm.add_argument("--partition", help="partition")
+    slurm.add_argument("--account", help="account to charge")
+    slurm.add_argument("--cpus-per-node", type=int, metavar="N", help="CPUs on each node")
+    slurm.add_argument("--gpus-per-node", type=int, metavar="N", help="GPUs on each node")
+    slurm.add_argument("--gres", help="generic resources, e.g. gpu:a100:4")
+    slurm.add_argument(
+        "--signal-seconds",
+        type=int,
+        default=300,
+        metavar="S",
+        help="Slurm's warning S seconds before the time limit (default 300): the sweep saves "
+        "its state, stops its trials and the job requeues itself",
+    )
+    slurm.add_argument(
+        "--sbatch",
+        action="append",
+        default=[],
+        metavar="OPTION",
+        help="a further #SBATCH line, e.g. --sbatch=--qos=high (repeatable)",
+    )
+    slurm.add_argument(
+        "--dry-run", action="store_true", help="print the batch script; write and submit nothing"
+    )
     submit.set_defaults(run=cmd_submit)
+
+    job = ssub.add_parser(
+        "slurm-job",
+        help="run by a Slurm batch script: Ray over the allocation, then the sweep",
+        description="The command of the batch script `sweep submit --slurm` writes: a Ray "
+        "cluster over the job's nodes, the sweep on it (`sweep run ARGS --resume`), a requeue "
+        "on Slurm's warning signal.",
+    )
+    job.add_argument("job_dir", help="the sweep's job directory")
+    job.add_argument("sweep_args", nargs="+", help="-- then the arguments of `sweep run`")
+    job.set_defaults(run=cmd_slurm_job)
+    node = ssub.add_parser(
+        "slurm-node",
+        help="run by srun in a Slurm job: one worker node of its Ray cluster",
+        description="A worker node of the job's Ray cluster: joins the head, stays until "
+        "Slurm stops the step.",
+    )
+    node.add_argument("job_dir", help="the sweep's job directory")
+    node.set_defaults(run=cmd_slurm_node)
 
     for verb, text in [
         ("logs", "print a submitted sweep's logs"),
@@ -258,6 +316,7 @@ def cmd_run(args):
             args.experiment,
             args.name,
             args.storage_path,
+            args.resume,
         ),
         args.json,
     )
@@ -361,6 +420,8 @@ def cmd_plan(args):
 
 
 def cmd_submit(args):
+    if args.slurm:
+        return submit_to_slurm(args)
     from ..search.jobs import submit
 
     job_id = submit(
@@ -379,6 +440,53 @@ def cmd_submit(args):
     print(job_id)
     if args.follow:
         return follow(args.address, job_id)
+
+
+def submit_to_slurm(args):
+    from ..search.slurm import Request, submit_sweep
+
+    request = Request(
+        nodes=args.nodes,
+        time=args.time,
+        partition=args.partition,
+        account=args.account,
+        cpus_per_node=args.cpus_per_node,
+        gpus_per_node=args.gpus_per_node,
+        gres=args.gres,
+        signal_seconds=args.signal_seconds,
+        extra=args.sbatch,
+    )
+    path, text, job_id = submit_sweep(
+        args.space,
+        request,
+        args.tracking_uri,
+        args.storage_path,
+        args.preset,
+        overrides(args),
+        args.name,
+        dry_run=args.dry_run,
+        search=args.search,
+        scheduler=args.scheduler,
+        data_dir=args.data_dir,
+        experiment=args.experiment,
+    )
+    if args.dry_run:
+        print(text, end="")
+        return
+    print(job_id)
+    print(f"submitted {path} as Slurm job {job_id}", file=sys.stderr)
+
+
+def cmd_slurm_job(args):
+    from ..search.slurm import run_job
+
+    return run_job(args.job_dir, args.sweep_args)
+
+
+def cmd_slurm_node(args):
+    from ..search.slurm import run_node
+
+    return run_node(args.job_dir)
 
 
 def follow(address: str, job_id: str) -> int:

@@ -24,7 +24,7 @@ ID_COLUMNS = ["experiment", "sweep", "parent_run_id", "run_id", "run_name", "tri
 FIRST_PARAMS = ["study", "dataset", "preset", "arch", "depth", "width", "tied", "n_params"]
 FIRST_METRICS = ["epoch", "train_loss", "valid_loss", "best_valid_loss", "test_loss",
                  "best_epoch"]
-NOT_SETTINGS = {"params.seed", "params.width", "params.n_params"}
+NOT_SETTINGS = {"params.seed", "params.width", "params.n_params", "params.cell"}
 LOG_SPAN = 20  # a positive setting spanning more than this factor is read on a log scale
 SQL_MAX_FLOAT = 1.7976931348623157e308  # how MLflow's SQL stores +-inf
 # the tags that say what produced a run, as columns (rhnsearch.provenance)

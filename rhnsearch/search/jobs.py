@@ -37,33 +37,26 @@ def job_client(address: str):
         ) from None
 
 
+def sweep_args(
+    space: str, name: str, uri: str, storage_path: str, options: dict, overrides=()
+) -> list[str]:
+    """The arguments of the `rhnsearch sweep run` a cluster runs; `options` are further flags
+    (preset, search, ...), those that are None left out."""
+    args = [space, "--name", name, "--tracking-uri", uri, "--storage-path", storage_path]
+    for flag, value in options.items():
+        if value is not None:
+            args += [f"--{flag.replace('_', '-')}", str(value)]
+    for override in overrides:
+        args += ["--set", override]
+    return args
+
+
 def entrypoint(
     space: str, name: str, uri: str, storage_path: str, options: dict, overrides=()
 ) -> str:
-    """The `rhnsearch sweep run` command the job runs on the cluster; `options` are further
-    flags (preset, search, ...), those that are None left out."""
-    cmd = [
-        "python",
-        "-m",
-        "rhnsearch.cli",
-        "sweep",
-        "run",
-        space,
-        "--address",
-        "auto",
-        "--name",
-        name,
-        "--tracking-uri",
-        uri,
-        "--storage-path",
-        storage_path,
-    ]
-    for flag, value in options.items():
-        if value is not None:
-            cmd += [f"--{flag.replace('_', '-')}", str(value)]
-    for override in overrides:
-        cmd += ["--set", override]
-    return shlex.join(cmd)
+    """The `rhnsearch sweep run` command a Ray Job runs on the cluster."""
+    args = sweep_args(space, name, uri, storage_path, options, overrides)
+    return shlex.join(["python", "-m", "rhnsearch.cli", "sweep", "run", *args, "--address", "auto"])
 
 
 def runtime_env() -> dict:

@@ -47,6 +47,7 @@ from .trainable import run_trial
 
 log = logging.getLogger("rhnsearch")
 STATE_FILE = "rhnsearch_sweep.json"
+HOURS = ("cpu_hours", "gpu_hours")  # device-hours the trials held, from their *_seconds
 STORAGE_ENV = "RHNSEARCH_STORAGE"
 # In a folder: Tune's restore copies the top folder's *.json and *.pkl to its staging dir and
 # uploads them back at each sync, over the scheduler's newer state.
@@ -150,8 +151,12 @@ def run_sweep(
     experiment=None,
     name=None,
     storage_path=None,
+    resume=False,
 ) -> dict:
-    """Validate, record the sweep's parent run, run the trials; returns the summary."""
+    """Validate, record the sweep's parent run, run the trials; returns the summary. With
+    RESUME, a sweep NAME that exists is resumed instead (`resume_sweep`)."""
+    if resume and not name:
+        raise UserError("--resume resumes the sweep --name: pass --name")
     space = load_space(space_path, preset, overrides)
     # Absolute paths first: in a Ray Job, joining the cluster may replace the working dir.
     space_path = Path(space_path).resolve()
@@ -175,7 +180,9 @@ def run_sweep(
     cells = space.cells_for(data)
     name = name or f"{space.study}-{preset or 'base'}-{datetime.now():%Y%m%d-%H%M%S}"
     experiment_path = storage.join(root, name)
-    if storage.exists(experiment_path):
+    if resume and storage.exists(storage.join(experiment_path, STATE_FILE)):
+        return resume_sweep(name, address, storage_path)
+    if storage.exists(storage.join(experiment_path, STATE_FILE)):
         raise UserError(
             f"sweep {name} already exists in {experiment_path}: resume it with "
             f"`rhnsearch sweep resume {name}` or pick another --name"
@@ -289,7 +296,8 @@ def build_tuner(space: Space, state: dict, experiment_path: str, function=run_tr
 
 def resume_sweep(name: str, address: str | None = None, storage_path: str | None = None) -> dict:
     """Continue an interrupted sweep: finished trials are kept, unfinished ones resume from
-    their last checkpoint, the same MLflow parent run is reused."""
+    their last checkpoint, the same MLflow parent run is reused. A sweep stopped before Tune
+    saved its state starts its trials again, under the same parent run."""
     root = sweep_storage(storage_path, address)
     experiment_path = storage.join(root, name)
     text = storage.read_text(storage.join(experiment_path, STATE_FILE))
@@ -304,15 +312,13 @@ def resume_sweep(name: str, address: str | None = None, storage_path: str | None
     state = json.loads(text)
     check_store(state["tracking_uri"])
     filesystem, path = storage.split(experiment_path)
+    space = Space.model_validate(state["space"])
     if not tune.Tuner.can_restore(path, storage_filesystem=filesystem):
-        raise UserError(
-            f"sweep {name} stopped before Ray saved its state: start it again "
-            "with `rhnsearch sweep run`"
-        )
+        start_ray(address)
+        return finish(build_tuner(space, state, experiment_path), state)
     check_saved_state(experiment_path)
     storage.remove_leftovers(experiment_path)
     start_ray(address)
-    space = Space.model_validate(state["space"])
     repair_checkpoint_names(experiment_path)
     tuner = tune.Tuner.restore(
         path,
@@ -381,13 +387,19 @@ def finish(tuner, state: dict) -> dict:
                 keep_best_model(client, results, summary["best"], state)
             client.set_tag(parent, "best_run_id", summary["best"]["run_id"])
         now = int(time.time() * 1000)
+        per_cell = [
+            Metric(f"{unit}/{cell}", value, now, 0)
+            for cell, hours in summary["spent"].items()
+            for unit, value in hours.items()
+        ]
         client.log_batch(
             parent,
             metrics=[
                 Metric(k, float(v), now, 0)
                 for k, v in summary.items()
                 if isinstance(v, (int, float)) and not isinstance(v, bool)
-            ],
+            ]
+            + per_cell,
         )
         from ..results.plots import log_sweep_plots
         from ..results.report import log_sweep_report
@@ -432,11 +444,23 @@ def child_runs(client: MlflowClient, state: dict) -> list:
     )
 
 
+def spent(runs: list) -> dict:
+    """The CPU- and GPU-hours the RUNS' trials held (their last cpu_seconds, gpu_seconds), in
+    all and per cell: {"cpu_hours", "gpu_hours", "cells": {label: {...}}}."""
+    cells = {}
+    for run in runs:
+        cell = cells.setdefault(run.data.params.get("cell", "?"), dict.fromkeys(HOURS, 0.0))
+        for unit in HOURS:
+            cell[unit] += run.data.metrics.get(unit.replace("hours", "seconds"), 0.0) / 3600
+    return {**{unit: sum(c[unit] for c in cells.values()) for unit in HOURS}, "cells": cells}
+
+
 def summarize(runs: list, long, state: dict) -> dict:
-    """Counts by status and the best trial of the sweep's MLflow RUNS, and the training time
-    in their histories LONG (histories.read's rows)."""
+    """Counts by status and the best trial of the sweep's MLflow RUNS, the training time in
+    their histories LONG (histories.read's rows) and the device-hours they held."""
     counts = {s: 0 for s in ("completed", "stopped", "diverged", "failed", "running")}
     train_seconds = float(long.loc[long["key"] == "epoch_seconds", "value"].sum())
+    held = spent(runs)
     best = None
     for run in runs:
         status = run.data.tags.get("status", "running")
@@ -459,6 +483,9 @@ def summarize(runs: list, long, state: dict) -> dict:
         "trials": len(runs),
         **counts,
         "train_seconds": round(train_seconds, 1),
+        "cpu_hours": held["cpu_hours"],
+        "gpu_hours": held["gpu_hours"],
+        "spent": held["cells"],
         "best": best,
     }
 

@@ -76,8 +76,8 @@ def get_experiment(client: MlflowClient, uri: str, name: str) -> str:
 
 
 def flat_params(config: dict, cells: dict) -> dict:
-    """A trial's Tune config as plain MLflow params (its cell's fields flattened in)."""
-    params = {k: v for k, v in config.items() if k not in ("cell", "data_dir")}
+    """A trial's Tune config as plain MLflow params: its cell's label (`cell`) and fields."""
+    params = {k: v for k, v in config.items() if k != "data_dir"}
     params.update(cells[config["cell"]])
     params["n_params"] = params.pop("params")
     return params

@@ -1,9 +1,12 @@
 """The Ray Tune trainable: one trial = one `Trainer`, reporting each epoch with a checkpoint."""
 
+import json
 import logging
 import os
 import socket
 import tempfile
+import time
+from pathlib import Path
 
 import ray
 import torch
@@ -14,6 +17,7 @@ from ..train import Trainer, TrialConfig
 
 ALLOW_CPU_FALLBACK = "RHNSEARCH_ALLOW_CPU_FALLBACK"  # =1: a GPU trial may train on the CPU
 _DATA = {}  # dataset cache per worker process: (name, data dir) -> data
+HELD_FILE = "held.json"  # in a trial's checkpoint: the wall seconds it has held resources
 
 
 def trial_config(config: dict, cells: dict) -> TrialConfig:
@@ -41,19 +45,27 @@ def run_trial(config: dict, cells: dict):
 
     The last report of a trial that ends by itself carries status completed or diverged and
     its test numbers; a trial stopped by the scheduler ends on a report with status running.
-    Every report says where the trial runs: its Ray node, device and the GPUs Ray assigned.
+    Every report says where the trial runs (its Ray node, device and the GPUs Ray assigned)
+    and what it has held so far: `held_seconds`, the wall time of its workers since each
+    started (kept in its checkpoint, so summed across retries and resumes), and that times
+    the CPUs and GPUs Ray gave it (`cpu_seconds`, `gpu_seconds`: a quarter GPU counts a
+    quarter).
     """
+    started = time.monotonic()
     logging.getLogger("ray.train").setLevel(logging.WARNING)  # no line per checkpoint
     gpus = assigned_gpus()
+    held = ray.get_runtime_context().get_assigned_resources()
     cfg = trial_config(config, cells)
     key = (cfg.dataset, config["data_dir"])
     if key not in _DATA:
         _DATA[key] = load_dataset(cfg.dataset, config["data_dir"])
     trainer = Trainer(cfg, _DATA[key])
-    checkpoint = tune.get_checkpoint()
+    checkpoint, before = tune.get_checkpoint(), 0.0
     if checkpoint:
         with checkpoint.as_directory() as directory:
             trainer.load(directory)
+            kept = Path(directory) / HELD_FILE  # (none in checkpoints of rhnsearch 0.2)
+            before = json.loads(kept.read_text())["held_seconds"] if kept.exists() else 0.0
     placement = {
         "device": str(trainer.device),
         "gpu_ids": ",".join(map(str, gpus)) or "none",
@@ -69,9 +81,16 @@ def run_trial(config: dict, cells: dict):
                 status=final["status"],
                 best_epoch=final["best_epoch"],
             )
+        seconds = before + time.monotonic() - started
+        spent = {
+            "held_seconds": seconds,
+            "cpu_seconds": seconds * held.get("CPU", 0.0),
+            "gpu_seconds": seconds * held.get("GPU", 0.0),
+        }
         with tempfile.TemporaryDirectory() as directory:
             trainer.save(directory)
+            (Path(directory) / HELD_FILE).write_text(json.dumps({"held_seconds": seconds}))
             tune.report(
-                {**metrics, **placement, "params": trainer.params},
+                {**metrics, **placement, **spent, "params": trainer.params},
                 checkpoint=tune.Checkpoint.from_directory(directory),
             )

@@ -1,0 +1,249 @@
+"""Sweeps on Slurm: `sweep submit --slurm` writes and submits a batch script that starts a Ray
+cluster in the allocation and runs the sweep there, resumable across requeues and time limits.
+End to end on a real single-node Slurm (slurm_cluster.py, the session's `slurm` fixture)."""
+
+import json
+import re
+import time
+from datetime import datetime
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+from test_faults import assert_full_histories, assert_went_on_from_a_checkpoint
+from test_sweep import check_child_runs
+
+from conftest import JSB_SPACE, rhnsearch_cli, rhnsearch_main
+
+ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
+
+
+def test_dry_run_prints_the_batch_script_and_writes_nothing(tmp_path):
+    """The script for 2 nodes of 4 GPUs: the request as #SBATCH lines (and the extra one
+    given), requeue on, Slurm's warning 300 s before the limit, output appended to one file
+    per job; one command, with absolute paths and --resume; no secret in it."""
+    proc = rhnsearch_main(
+        "sweep",
+        "submit",
+        JSB_SPACE,
+        "--preset",
+        "paper",
+        "--slurm",
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "4",
+        "--time",
+        "24:00:00",
+        "--partition",
+        "gpu",
+        "--account",
+        "lab",
+        "--sbatch=--qos=high",
+        "--tracking-uri",
+        "http://127.0.0.1:5000",
+        "--storage-path",
+        tmp_path / "sweeps",
+        "--data-dir",
+        "/shared/data",
+        "--name",
+        "jsb",
+        "--dry-run",
+        cwd=tmp_path,
+    )
+    lines = proc.stdout.splitlines()
+    job_dir = tmp_path / "sweeps" / "jsb" / "slurm"
+    assert lines[0] == "#!/bin/bash"
+    assert [line for line in lines if line.startswith("#SBATCH")] == [
+        "#SBATCH --job-name=rhnsearch-jsb",
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --gpus-per-node=4",
+        "#SBATCH --time=24:00:00",
+        "#SBATCH --partition=gpu",
+        "#SBATCH --account=lab",
+        "#SBATCH --signal=B:TERM@300",
+        f"#SBATCH --output={job_dir}/slurm-%j.out",
+        "#SBATCH --requeue",
+        "#SBATCH --open-mode=append",
+        "#SBATCH --qos=high",
+    ]
+    command = lines[-1].split()
+    assert command[0] == "exec" and command[3:9] == [
+        "rhnsearch.cli",
+        "sweep",
+        "slurm-job",
+        str(job_dir),
+        "--",
+        str(JSB_SPACE),
+    ]
+    assert command[-1] == "--resume" and "/shared/data" in command
+    assert "TOKEN" not in proc.stdout.upper() and list(tmp_path.iterdir()) == []
+
+
+def submit(slurm, cwd: Path, name: str, data_dir: Path, *args: str, env=None) -> str:
+    """`sweep submit --slurm` of a small JSB smoke sweep (RHN only, one CPU a job); the job
+    id."""
+    proc = rhnsearch_cli(
+        "sweep",
+        "submit",
+        JSB_SPACE,
+        "--preset",
+        "smoke",
+        "--slurm",
+        "--cpus-per-node",
+        "1",
+        "--data-dir",
+        data_dir,
+        "--name",
+        name,
+        "--tracking-uri",
+        f"sqlite:///{cwd / 'mlflow.db'}",
+        "--storage-path",
+        cwd / "sweeps",
+        "--set",
+        "archs=[rhn]",
+        *args,
+        cwd=cwd,
+        env={**slurm.env, **(env or {})},
+    )
+    job_id = proc.stdout.strip()
+    assert job_id.isdigit(), proc.stdout + proc.stderr
+    return job_id
+
+
+def read_token(private: Path, timeout: float = 120) -> str:
+    """The job's Ray token, read (as root) from its private directory while it runs."""
+    deadline = time.monotonic() + timeout
+    while not ((private / "token").exists() and (private / "token").read_text()):
+        assert time.monotonic() < deadline, "the job made no token"
+        time.sleep(0.5)
+    assert private.stat().st_mode & 0o077 == 0  # the job's user alone
+    return (private / "token").read_text()
+
+
+def when(fields: dict, key: str) -> datetime:
+    return datetime.fromisoformat(fields[key])
+
+
+def test_two_sweeps_at_once_complete_on_ports_of_their_own(slurm, tmp_path, data_dir):
+    """Two jobs on the one node at once, each its Ray cluster and sweep: both complete, exit 0,
+    their runs in MLflow; their ports are disjoint ranges; each job's Ray token is in no
+    output, script, MLflow record or storage file, and its private directory is gone."""
+    jobs, tokens = {}, {}
+    for name in ("left", "right"):
+        (tmp_path / name).mkdir()
+        jobs[name] = submit(slurm, tmp_path / name, name, data_dir, "--set", "depths=[1]")
+    for name, job_id in jobs.items():
+        tokens[name] = read_token(tmp_path / name / "sweeps" / name / "slurm" / f".job-{job_id}")
+    fields = {name: slurm.wait(job_id, ENDED, 600) for name, job_id in jobs.items()}
+    ranges = []
+    for name, job_id in jobs.items():
+        job_dir = tmp_path / name / "sweeps" / name / "slurm"
+        output = (job_dir / f"slurm-{job_id}.out").read_text()
+        assert fields[name]["JobState"] == "COMPLETED", output[-3000:]
+        assert fields[name]["ExitCode"] == "0:0"
+        assert f"sweep {name}: 2 trials" in output
+        (found,) = re.findall(r"ports (\d+)-(\d+)", output)
+        ranges.append(range(int(found[0]), int(found[1]) + 1))
+        client = MlflowClient(f"sqlite:///{tmp_path / name / 'mlflow.db'}")
+        experiment = client.get_experiment_by_name("jsb_optimization").experiment_id
+        runs = client.search_runs([experiment], "tags.kind = 'trial'")
+        check_child_runs(client, runs, 2)
+        written = [
+            output,
+            (job_dir / "sweep.sbatch").read_text(),
+            json.dumps(
+                [
+                    [r.data.tags, r.data.params, r.data.metrics]
+                    for r in client.search_runs([experiment])
+                ]
+            ),
+        ]
+        written += [
+            p.read_bytes().decode("latin-1")
+            for p in (tmp_path / name).rglob("*")
+            if p.is_file() and p.suffix != ".db"
+        ]
+        assert not [text[:100] for text in written if tokens[name] in text]
+        assert not list(job_dir.glob(".job-*"))
+    assert not set(ranges[0]) & set(ranges[1])
+    starts = [when(f, "StartTime") for f in fields.values()]
+    ends = [when(f, "EndTime") for f in fields.values()]
+    assert max(starts) < min(ends)  # at once
+
+
+def test_a_sweep_requeued_then_timed_out_twice_goes_on_to_its_end(slurm, tmp_path, data_dir):
+    """A requeue (as an admin or a preemption does) mid-sweep, then Slurm's time limit: its
+    warning signal stops the sweep (Tune's state saved, trials stopped) and the job requeues
+    itself, again and again. The sweep finishes on the same parent run, every trial's history
+    complete and without duplicates; a trial that had a checkpoint went on from it."""
+    epochs = 24
+    job_id = submit(
+        slurm,
+        tmp_path,
+        "long",
+        data_dir,
+        "--set",
+        "depths=[2]",
+        "--set",
+        "scheduler.name=fifo",
+        "--set",
+        f"fixed.epochs={epochs}",
+        "--time",
+        "2",
+        "--signal-seconds",
+        "90",
+        env={"TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "0", "TUNE_GLOBAL_CHECKPOINT_S": "0"},
+    )
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    job_dir = tmp_path / "sweeps" / "long" / "slurm"
+    timeline = [("submitted", time.time())]
+
+    def epochs_in_mlflow() -> int:
+        try:
+            client = MlflowClient(uri)
+            experiment = client.get_experiment_by_name("jsb_optimization")
+            runs = client.search_runs([experiment.experiment_id], "tags.kind = 'trial'")
+        except Exception:  # noqa: BLE001 - the store is being made
+            return 0
+        return sum(int(r.data.metrics.get("epoch", 0)) for r in runs)
+
+    deadline = time.monotonic() + 300
+    while epochs_in_mlflow() < 2:
+        assert time.monotonic() < deadline, slurm.job(job_id)
+        time.sleep(1)
+    before = epochs_in_mlflow()
+    slurm.scontrol("requeue", job_id)
+    timeline.append((f"requeued by the test at {before} trial-epochs", time.time()))
+    restarts = 0
+    deadline = time.monotonic() + 900
+    while True:
+        fields = slurm.job(job_id)
+        if fields["JobState"] in ENDED:
+            break
+        if fields["JobState"] == "PENDING" and int(fields["Restarts"]) > restarts:
+            restarts = int(fields["Restarts"])
+            timeline.append((f"pending after restart {restarts}; released", time.time()))
+            slurm.release(job_id)
+        assert time.monotonic() < deadline, fields
+        time.sleep(1)
+    output = (job_dir / f"slurm-{job_id}.out").read_text()
+    assert fields["JobState"] == "COMPLETED" and fields["ExitCode"] == "0:0", output[-4000:]
+    runs_of_the_job = re.findall(r"job \d+ \(restart (\d+)\)", output)
+    assert runs_of_the_job == [str(n) for n in range(len(runs_of_the_job))]
+    assert len(runs_of_the_job) >= 3, output[-4000:]  # a requeue and a time limit at least
+    assert output.count("stopped by Slurm's warning signal") >= 1, output[-4000:]
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("jsb_optimization").experiment_id
+    (parent,) = client.search_runs([experiment], "tags.kind = 'sweep'")
+    assert parent.info.status == "FINISHED"
+    runs = client.search_runs([experiment], "tags.kind = 'trial'")
+    check_child_runs(client, runs, 2)
+    for run in runs:
+        assert_full_histories(client, run, epochs)
+    storage = tmp_path / "sweeps" / "long"
+    for trial in storage.glob("run_trial_*"):
+        rows = [json.loads(line) for line in (trial / "result.json").read_text().splitlines()]
+        if len({r["pid"] for r in rows}) > 1:  # it ran in more than one of the job's runs
+            assert_went_on_from_a_checkpoint(rows, epochs)
+    print("\n".join(f"{t - timeline[0][1]:6.1f} s  {what}" for what, t in timeline))
