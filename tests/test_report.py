@@ -26,7 +26,7 @@ ARTIFACTS = Path(os.environ.get("RHNSEARCH_TEST_ARTIFACTS", ROOT / "results" / "
 
 SECTIONS = ["header", "figure", "table", "curves", "parallel", "importance", "provenance"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-NOT_SETTINGS = {"seed", "width", "n_params"}
+NOT_SETTINGS = {"seed", "width", "n_params", "cell"}
 
 
 class Page(HTMLParser):

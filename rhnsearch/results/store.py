@@ -192,7 +192,7 @@ def sweep_trials(exp: Experiment, sweep: str | None = None) -> tuple[pd.Series, 
 def hyperparameters(trials: pd.DataFrame) -> list[str]:
     """The `params.*` columns that vary among TRIALS, in column order: the sampled settings
     and the cell's arch, depth and tied; not the seed (random, not a setting), nor the width
-    and parameter count (solved from the cell's budget, not chosen)."""
+    and parameter count (solved from the cell's budget, not chosen), nor the cell's label."""
     return [c for c in trials.columns if c.startswith("params.") and c not in NOT_SETTINGS
             and trials[c].nunique(dropna=True) > 1]
 
