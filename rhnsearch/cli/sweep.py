@@ -3,6 +3,7 @@
 import contextlib
 import json
 import sys
+from pathlib import Path
 
 from ..errors import UserError
 
@@ -16,6 +17,12 @@ STORAGE_HELP = (
 
 def add_run_options(p):
     p.add_argument("space", help=SPACE_HELP)
+    p.add_argument(
+        "--plan",
+        metavar="FILE",
+        help="the plan of `sweep plan SPACE --json > FILE`: recorded with the sweep, so that "
+        "`sweep status` and the report show device-hours spent next to planned",
+    )
     p.add_argument("--preset", help="a preset of the space: paper or smoke")
     p.add_argument(
         "--set",
@@ -236,16 +243,25 @@ def add_sweep(sub):
     node.add_argument("job_dir", help="the sweep's job directory")
     node.set_defaults(run=cmd_slurm_node)
 
-    for verb, text in [
-        ("logs", "print a submitted sweep's logs"),
-        ("status", "print a submitted sweep's status"),
-    ]:
-        q = ssub.add_parser(verb, help=text, description=text[0].upper() + text[1:] + ".")
-        q.add_argument("job", help="job id printed by `sweep submit`")
-        q.add_argument("--address", required=True, help="e.g. http://127.0.0.1:8265")
-        if verb == "logs":
-            q.add_argument("--follow", action="store_true", help="follow until the job ends")
-        q.set_defaults(run=cmd_logs if verb == "logs" else cmd_status)
+    logs = ssub.add_parser(
+        "logs", help="print a submitted sweep's logs", description="Print a Ray Job's logs."
+    )
+    logs.add_argument("job", help="job id printed by `sweep submit`")
+    logs.add_argument("--address", required=True, help="e.g. http://127.0.0.1:8265")
+    logs.add_argument("--follow", action="store_true", help="follow until the job ends")
+    logs.set_defaults(run=cmd_logs)
+    status = ssub.add_parser(
+        "status",
+        help="where a sweep stands: its trials, and device-hours spent against its plan",
+        description="A sweep's trials by status and, per cell and in all, the device-hours "
+        "its trials held next to those its plan expected (`sweep run --plan`), read from its "
+        "storage and MLflow; with --address, a submitted Ray Job's status instead.",
+    )
+    status.add_argument("name", help="the sweep's name, or with --address the job id")
+    status.add_argument("--address", help="a Ray dashboard: print the Ray Job NAME's status")
+    status.add_argument("--storage-path", help=STORAGE_HELP)
+    status.add_argument("--json", action="store_true", help="print the status as JSON")
+    status.set_defaults(run=cmd_status)
 
 
 def format_summary(summary: dict) -> str:
@@ -317,6 +333,7 @@ def cmd_run(args):
             args.name,
             args.storage_path,
             args.resume,
+            args.plan,
         ),
         args.json,
     )
@@ -436,6 +453,7 @@ def cmd_submit(args):
         scheduler=args.scheduler,
         data_dir=args.data_dir,
         experiment=args.experiment,
+        plan=args.plan,
     )
     print(job_id)
     if args.follow:
@@ -469,6 +487,7 @@ def submit_to_slurm(args):
         scheduler=args.scheduler,
         data_dir=args.data_dir,
         experiment=args.experiment,
+        plan=args.plan and str(Path(args.plan).resolve()),
     )
     if args.dry_run:
         print(text, end="")
@@ -506,6 +525,27 @@ def cmd_logs(args):
 
 
 def cmd_status(args):
-    from ..search.jobs import job_status
+    if args.address:
+        from ..search.jobs import job_status
 
-    print(job_status(args.address, args.job))
+        print(job_status(args.address, args.name))
+        return
+    from ..search.status import sweep_status
+    from .output import print_json
+
+    status = sweep_status(args.name, args.storage_path)
+    if args.json:
+        print_json(status)
+        return
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(status["statuses"].items()))
+    unit = status["unit"].replace("_hours", "").upper() + "-hours"
+    print(f"sweep {status['name']}: {status['trials']} trials ({counts or 'none started'})")
+    print(f"{'cell':<22} {'trials':>6} {'ended':>6} {'planned ' + unit:>17} {'spent ' + unit:>15}")
+    for cell in status["cells"]:
+        planned = "-" if cell["planned"] is None else f"{cell['planned']:.3f}"
+        print(
+            f"{cell['cell']:<22} {cell['trials']:>6} {cell['ended']:>6} {planned:>17} "
+            f"{cell['spent']:>15.3f}"
+        )
+    planned = "-" if status["planned"] is None else f"{status['planned']:.3f}"
+    print(f"{'total':<22} {status['trials']:>6} {'':>6} {planned:>17} {status['spent']:>15.3f}")

@@ -98,6 +98,11 @@ def header(exp: store.Experiment, chosen: pd.Series, trials: pd.DataFrame, paren
             ("wall time", wall)]
     if "train_seconds" in metrics:
         rows.append(("training time (sum over trials)", duration(metrics["train_seconds"])))
+    for unit in ("gpu_hours", "cpu_hours"):  # what the trials held, next to the plan's
+        if metrics.get(unit) or f"planned_{unit}" in metrics:
+            planned = metrics.get(f"planned_{unit}")
+            rows.append((f"{unit[:3].upper()}-hours spent", f"{metrics.get(unit, 0):.3f}" + (
+                f" (planned {planned:.3f})" if planned is not None else " (no plan recorded)")))
     rows.append(("trials", f"{len(trials)}: " + ", ".join(
         f"{n} {'stopped early' if s == 'stopped' else s}" for s, n in status)))
     title = f"{escape(exp.name)} · sweep {escape(chosen['sweep'])}"

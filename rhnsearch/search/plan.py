@@ -6,8 +6,10 @@ trials."""
 
 import dataclasses
 import heapq
+import json
 import math
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -202,3 +204,34 @@ def wall_seconds(rows: list[CellPlan], slots: int) -> float:
             if trial < row.trials:
                 heapq.heappush(free, heapq.heappop(free) + row.seconds / row.trials)
     return max(free)
+
+
+def load_plan(path, cells: dict) -> dict:
+    """A plan `sweep plan --json` printed, read from PATH for a sweep of CELLS: one line
+    where it is not such a plan, or one of other cells."""
+    try:
+        plan = json.loads(Path(path).read_text())
+        planned = (
+            [row["cell"] for row in plan["cells"]] if {"unit", "per_trial"} <= set(plan) else None
+        )
+    except FileNotFoundError:
+        raise UserError(
+            f"plan {path} not found: write one with `rhnsearch sweep plan SPACE --json > plan.json`"
+        ) from None
+    except (ValueError, KeyError, TypeError):
+        planned = None
+    if planned is None:
+        raise UserError(f"{path} is not a plan `rhnsearch sweep plan --json` printed")
+    if sorted(planned) != sorted(cells):
+        raise UserError(
+            f"plan {path} is of cells {', '.join(planned)}, not this sweep's "
+            f"{', '.join(cells)}: plan the same space, preset and overrides"
+        )
+    return plan
+
+
+def planned_hours(plan: dict) -> dict:
+    """A plan's device-hours per cell and in all, in its unit: {"unit": "gpu_hours" or
+    "cpu_hours", "cells": {label: hours}, "total": hours}."""
+    cells = {row["cell"]: row["seconds"] * plan["per_trial"] / 3600 for row in plan["cells"]}
+    return {"unit": f"{plan['unit'].lower()}_hours", "cells": cells, "total": sum(cells.values())}

@@ -39,6 +39,7 @@ from .checkpoints import (
     saved_trial_ids,
 )
 from .cluster import check_address, check_gpus, start_ray
+from .plan import load_plan, planned_hours
 from .scheduler import CellASHAScheduler
 from .searchers import METRIC, MODE, build_search
 from .space import Space, load_space
@@ -152,9 +153,11 @@ def run_sweep(
     name=None,
     storage_path=None,
     resume=False,
+    plan=None,
 ) -> dict:
     """Validate, record the sweep's parent run, run the trials; returns the summary. With
-    RESUME, a sweep NAME that exists is resumed instead (`resume_sweep`)."""
+    RESUME, a sweep NAME that exists is resumed instead (`resume_sweep`). PLAN: a plan file of
+    `sweep plan --json`, recorded with the sweep to hold what it spends against."""
     if resume and not name:
         raise UserError("--resume resumes the sweep --name: pass --name")
     space = load_space(space_path, preset, overrides)
@@ -178,6 +181,7 @@ def run_sweep(
     data = load_dataset(space.dataset, data_root)  # fetched on first use, before Ray starts
     uri = open_store(tracking_uri)  # makes the sqlite store: after every check of the input
     cells = space.cells_for(data)
+    planned = load_plan(plan, cells) if plan else None
     name = name or f"{space.study}-{preset or 'base'}-{datetime.now():%Y%m%d-%H%M%S}"
     experiment_path = storage.join(root, name)
     if resume and storage.exists(storage.join(experiment_path, STATE_FILE)):
@@ -218,6 +222,7 @@ def run_sweep(
         "trials": space.num_trials,
         "cells": cells,
         "space": space.model_dump(mode="json"),
+        "plan": planned,
     }
     write_state(experiment_path, state)
     log_sweep_params(client, state, space)
@@ -242,6 +247,19 @@ def log_sweep_params(client: MlflowClient, state: dict, space: Space):
     ]:
         client.log_param(run_id, key, value)
     client.log_dict(run_id, state["space"], "space.json")
+    if state["plan"]:  # planned device-hours beside those the trials will log as spent
+        client.log_dict(run_id, state["plan"], "plan.json")
+        hours, now = planned_hours(state["plan"]), int(time.time() * 1000)
+        client.log_batch(
+            run_id,
+            metrics=[
+                Metric(f"planned_{hours['unit']}", hours["total"], now, 0),
+                *(
+                    Metric(f"planned_{hours['unit']}/{cell}", value, now, 0)
+                    for cell, value in hours["cells"].items()
+                ),
+            ],
+        )
 
 
 def build_tuner(space: Space, state: dict, experiment_path: str, function=run_trial) -> tune.Tuner:
@@ -294,13 +312,11 @@ def build_tuner(space: Space, state: dict, experiment_path: str, function=run_tr
     )
 
 
-def resume_sweep(name: str, address: str | None = None, storage_path: str | None = None) -> dict:
-    """Continue an interrupted sweep: finished trials are kept, unfinished ones resume from
-    their last checkpoint, the same MLflow parent run is reused. A sweep stopped before Tune
-    saved its state starts its trials again, under the same parent run."""
+def load_state(name: str, storage_path: str | None = None, address: str | None = None) -> dict:
+    """The state of the sweep NAME in its storage (`sweep_storage`), or a one-line error
+    naming the sweeps that are there."""
     root = sweep_storage(storage_path, address)
-    experiment_path = storage.join(root, name)
-    text = storage.read_text(storage.join(experiment_path, STATE_FILE))
+    text = storage.read_text(storage.join(root, name, STATE_FILE))
     if text is None:
         known = [
             n for n in storage.listdir(root) if storage.exists(storage.join(root, n, STATE_FILE))
@@ -309,7 +325,15 @@ def resume_sweep(name: str, address: str | None = None, storage_path: str | None
             f"no sweep named {name!r} in {root}: known sweeps are "
             f"{', '.join(known) or 'none'} (pass --storage-path where it ran)"
         )
-    state = json.loads(text)
+    return {"plan": None, **json.loads(text)}
+
+
+def resume_sweep(name: str, address: str | None = None, storage_path: str | None = None) -> dict:
+    """Continue an interrupted sweep: finished trials are kept, unfinished ones resume from
+    their last checkpoint, the same MLflow parent run is reused. A sweep stopped before Tune
+    saved its state starts its trials again, under the same parent run."""
+    state = load_state(name, storage_path, address)
+    experiment_path = storage.join(sweep_storage(storage_path, address), name)
     check_store(state["tracking_uri"])
     filesystem, path = storage.split(experiment_path)
     space = Space.model_validate(state["space"])

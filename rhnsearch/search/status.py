@@ -1,0 +1,48 @@
+"""Where a sweep stands, read from its storage and MLflow: its trials by status and, per cell
+and in all, the device-hours its trials held beside those its plan expected."""
+
+from mlflow.tracking import MlflowClient
+
+from ..tracking_store import existing_store
+from .plan import planned_hours
+from .sweep import HOURS, child_runs, load_state, spent
+
+
+def sweep_status(name: str, storage_path: str | None = None) -> dict:
+    """{"name", "trials", "statuses": {status: count}, "unit", "cells": [{cell, trials,
+    ended, spent, planned}], "spent", "planned"}: hours in the plan's unit (GPU-hours for a
+    sweep of GPU trials), planned None where the sweep was run without --plan."""
+    state = load_state(name, storage_path)
+    runs = child_runs(MlflowClient(existing_store(state["tracking_uri"])), state)
+    statuses = {}
+    for run in runs:
+        status = run.data.tags.get("status", "running")
+        statuses[status] = statuses.get(status, 0) + 1
+    plan = planned_hours(state["plan"]) if state.get("plan") else None
+    gpu = state["space"]["resources"]["gpu"] > 0
+    unit = plan["unit"] if plan else HOURS[gpu]
+    held = spent(runs)["cells"]
+    per_cell = state["trials"] // len(state["cells"])
+    cells = [
+        {
+            "cell": label,
+            "trials": per_cell,
+            "ended": sum(
+                r.data.params.get("cell") == label
+                and r.data.tags.get("status", "running") != "running"
+                for r in runs
+            ),
+            "spent": held.get(label, {}).get(unit, 0.0),
+            "planned": plan["cells"][label] if plan else None,
+        }
+        for label in state["cells"]
+    ]
+    return {
+        "name": name,
+        "trials": state["trials"],
+        "statuses": statuses,
+        "unit": unit,
+        "cells": cells,
+        "spent": sum(c["spent"] for c in cells),
+        "planned": plan["total"] if plan else None,
+    }
