@@ -20,6 +20,15 @@ def test_cluster_yaml_validates_against_rays_schema():
     workers = config["available_node_types"]["gpu_worker"]["node_config"]["InstanceType"]
     assert workers.startswith(("g", "p"))
     assert any("mlflow server" in cmd for cmd in config["head_start_ray_commands"])
+    # every node starts Ray with token authentication, the token copied to it
+    starts = [
+        c
+        for key in ("head_start_ray_commands", "worker_start_ray_commands")
+        for c in config[key]
+        if "ray start" in c
+    ]
+    assert len(starts) == 2 and all("RAY_AUTH_MODE=token" in c for c in starts)
+    assert "/home/ubuntu/.ray/auth_token" in config["file_mounts"]
 
 
 def test_a_broken_cluster_yaml_is_caught():
