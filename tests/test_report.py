@@ -204,11 +204,20 @@ def test_jsb_report_states_the_finding_and_measures_it(pages, jsb_smoke):
         expected = [
             best.get((arch, 1), math.nan),
             best.get((arch, 6), math.nan),
+            best.get((arch, 6), math.nan) - best.get((arch, 1), math.nan),
             best.get((arch, 6), math.nan) - best.get(("rhn", 6), math.nan),
         ]
         measured = [
-            shown(row[k]) for k in ("best at depth 1", "best at depth 6", "gap to RHN at depth 6")
+            shown(row[k])
+            for k in (
+                "best at depth 1",
+                "best at depth 6",
+                "change with depth",
+                "gap to RHN at depth 6",
+            )
         ]
+        assert row["change excludes 0"] in ("yes", "no", "–")
+        assert row["change: 95% interval"].startswith(("[", "–"))
         assert measured == pytest.approx(expected, rel=1e-3, abs=2e-3, nan_ok=True), row  # 4 digits
 
 

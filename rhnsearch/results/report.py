@@ -149,9 +149,10 @@ def study_table(chosen: pd.Series, trials: pd.DataFrame) -> str:
     if study == "jsb_optimization" and trials["params.depth"].nunique() > 1:
         finding = note(published.JSB_FINDING) + html_table(
             tables.jsb_finding(trials), "Measured on this sweep: each architecture's best "
-            "best_valid_loss (nats per time step) at the shallowest and deepest depth, and its "
-            "gap to the best RHN at the deepest depth with a 95% bootstrap interval over both "
-            "cells' settings (a gap is significant when its interval excludes 0).",
+            "best_valid_loss (nats per time step) at the shallowest and deepest depth and its "
+            "change with depth (the paper's two claims: not up for RHN, up for DT-RNN and "
+            "DT(S)-RNN), and its gap to the best RHN at the deepest depth, each with a 95% "
+            "bootstrap interval over both cells' settings (significant when it excludes 0).",
             "finding-table")
     elif study == "ptb_budget" and trials["params.depth"].nunique() > 1:
         finding = note(published.PTB_BUDGET_FINDING) + html_table(
