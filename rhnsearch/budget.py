@@ -6,12 +6,15 @@ the formulas follow the cells' definitions (docs/models.md).
 
 from .data.ptb import PTB_VOCAB
 from .errors import UserError
-from .models import check_arch
+from .models import ARCHS, check_arch, resolve_arch
 from .tasks import get_task
 
 
 def layer_params(arch: str, depth: int, width: int, input_size: int) -> int:
-    """Parameters of one recurrent layer with `input_size` inputs per step."""
+    """Parameters of one recurrent layer with `input_size` inputs per step: by formula for
+    the built-in archs, counted for a cell of one's own."""
+    if arch not in ARCHS:
+        return resolve_arch(arch).count(input_size, width, depth)
     n, L, f = width, depth, input_size
     rhn = f * 2 * n + L * (2 * n * n + 2 * n)  # [W_H; W_T], L x ([R_H; R_T], [b_H; b_T])
     dtrnn = f * n + L * (n * n + n)  # W, L x (R, b)

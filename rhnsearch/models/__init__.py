@@ -1,23 +1,25 @@
 """The models: `build_model(task, arch, depth, width, ...)`.
 
-Each arch but the LSTM baseline is a cell (cells.py: the math, in textbook form) run by
-`Recurrent` (recurrent.py) on a reference or a fused backend (fused/).
+Each arch but the LSTM baseline is a cell (cells.py: the math, in textbook form; or one of
+your own, `module:Class`, archs.py) run by `Recurrent` (recurrent.py) on a reference or a fused
+backend (fused/).
 """
 
 import torch
 from torch import nn
 
-from ..errors import UserError
 from ..tasks import get_task
+from .archs import BUILT_IN, Arch, resolve_arch
 from .cells import CELLS, DTRNNCell, DTSRNNCell, HSGCell, RHNCell
 from .lstm import LSTM
 from .network import SequenceModel, detach_state
 from .recurrent import BACKENDS, Recurrent
 
-ARCHS = (*CELLS, "lstm")
+ARCHS = BUILT_IN
 
 __all__ = [
     "ARCHS",
+    "Arch",
     "BACKENDS",
     "CELLS",
     "DTRNNCell",
@@ -31,22 +33,16 @@ __all__ = [
     "build_model",
     "check_arch",
     "detach_state",
+    "resolve_arch",
 ]
 
 
-def check_arch(arch: str, depth: int = 1, width: int = 1):
-    """A one-line UserError for an arch, depth or width that cannot be."""
-    if arch not in ARCHS:
-        raise UserError(f"unknown arch {arch!r}: use one of {', '.join(ARCHS)}")
-    if not (isinstance(depth, int) and isinstance(width, int)) or depth < 1 or width < 1:
-        raise UserError(
-            f"depth and width must be positive integers, got depth={depth!r} width={width!r}"
-        )
-    if arch == "lstm" and depth != 1:
-        raise UserError(
-            f"lstm has no recurrence depth: use depth 1, not {depth} (a space "
-            "gives it its own with arch_depths: {lstm: [1]})"
-        )
+def check_arch(arch: str, depth: int = 1, width: int = 1) -> Arch:
+    """The arch (`resolve_arch`); a one-line UserError for one, or a depth or width, that
+    cannot be."""
+    resolved = resolve_arch(arch)
+    resolved.check(depth, width)
+    return resolved
 
 
 def build_layer(
@@ -59,10 +55,10 @@ def build_layer(
     backend: str = "auto",
 ) -> nn.Module:
     """One recurrent layer: (T, B, input_size) -> (T, B, width)."""
-    check_arch(arch, depth, width)
-    if arch == "lstm":
+    cell = check_arch(arch, depth, width).cell
+    if cell is None:
         return LSTM(input_size, width, drop_i, drop_h)
-    return Recurrent(CELLS[arch](input_size, width, depth), drop_i, drop_h, backend)
+    return Recurrent(cell(input_size, width, depth), drop_i, drop_h, backend)
 
 
 def build_model(

@@ -8,7 +8,8 @@ DATASET_LABELS = {"jsb": "JSB Chorales", "ptb": "PTB", "ptb-sample": "ptb-sample
 
 
 def arch_label(arch: str) -> str:
-    return ARCH_LABELS.get(arch, arch)
+    """The papers' name of a built-in arch; a cell of one's own (module:Class) by its class."""
+    return ARCH_LABELS.get(arch, arch.rpartition(":")[2])
 
 
 def dataset_label(dataset: str) -> str:

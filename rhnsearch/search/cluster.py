@@ -33,8 +33,9 @@ def check_address(address: str):
         ) from None
 
 
-def start_ray(address: str | None):
-    """A local Ray started here by default; with an address, join that cluster."""
+def start_ray(address: str | None, modules: list[str] = ()):
+    """A local Ray started here by default; with an address, join that cluster. MODULES
+    (files or package folders: cells of one's own) are shipped to every worker."""
     if ray.is_initialized():
         return
     # Checkpointing every epoch is the point (resume, retries): don't warn about it.
@@ -45,7 +46,10 @@ def start_ray(address: str | None):
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     # The driver's opt-out goes to its trials' workers (see trainable.assigned_gpus).
     env = {k: os.environ[k] for k in (ALLOW_CPU_FALLBACK,) if k in os.environ}
-    runtime_env = {"env_vars": env} if env else None
+    runtime_env = {"env_vars": env} if env else {}
+    if modules:
+        runtime_env["py_modules"] = list(modules)
+    runtime_env = runtime_env or None
     if address:
         check_address(address)
         try:

@@ -103,11 +103,14 @@ def submit(
     name = name or f"{loaded.study}-{preset or 'base'}-{datetime.now():%Y%m%d-%H%M%S}"
     client = job_client(address)
     command = entrypoint(space, name, uri, storage_path, {"preset": preset, **options}, overrides)
+    env = runtime_env()
+    if loaded.cell_modules:  # cells of one's own reach the job's driver and its workers
+        env["py_modules"] = loaded.cell_modules
     deadline = time.monotonic() + 90
     while True:
         try:
             return client.submit_job(
-                entrypoint=command, runtime_env=runtime_env(), submission_id=f"rhnsearch-{name}"
+                entrypoint=command, runtime_env=env, submission_id=f"rhnsearch-{name}"
             )
         except RuntimeError as exc:  # the SDK's error for a failed request
             message = first_line(exc)

@@ -7,6 +7,7 @@ over the base; `--set key.sub=value` overrides any field last.
 """
 
 import copy
+import importlib
 import re
 from pathlib import Path
 from typing import Literal
@@ -17,7 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ..budget import PTB_VOCAB, count_params, parse_count, solve_width
 from ..data import DATASETS
 from ..errors import UserError
-from ..models import ARCHS, check_arch
+from ..models import ARCHS as BUILT_IN
+from ..models import check_arch, resolve_arch
 from ..tasks import get_task
 from ..train import TrialConfig
 
@@ -118,8 +120,10 @@ class Space(Strict):
     @classmethod
     def known_archs(cls, v):
         for arch in v:
-            if arch not in ARCHS:
-                raise ValueError(f"unknown arch {arch!r}: use one of {', '.join(ARCHS)}")
+            try:
+                resolve_arch(arch)
+            except UserError as exc:
+                raise ValueError(str(exc)) from None
         return v
 
     @field_validator("depths")
@@ -244,6 +248,18 @@ class Space(Strict):
                         "params": count_params(self.task, arch, depth, width, tied, vocab_size),
                     }
         return cells
+
+    @property
+    def cell_modules(self) -> list[str]:
+        """Where the space's cells of one's own come from: the file or package folder of
+        each one's top-level module, for Ray to ship to its workers."""
+        found = []
+        for arch in self.archs:
+            if resolve_arch(arch).name not in BUILT_IN:
+                top = importlib.import_module(arch.partition(":")[0].split(".")[0])
+                path = top.__path__[0] if hasattr(top, "__path__") else top.__file__
+                found += [path] if path not in found else []
+        return found
 
     @property
     def num_trials(self) -> int:

@@ -191,7 +191,7 @@ def run_sweep(
             f"sweep {name} already exists in {experiment_path}: resume it with "
             f"`rhnsearch sweep resume {name}` or pick another --name"
         )
-    start_ray(address)  # an unreachable cluster fails here, before anything is recorded
+    start_ray(address, space.cell_modules)  # an unreachable cluster fails here, first
     if address:
         check_gpus(space.resources.gpu, local=False)
     client = MlflowClient(uri)
@@ -338,11 +338,11 @@ def resume_sweep(name: str, address: str | None = None, storage_path: str | None
     filesystem, path = storage.split(experiment_path)
     space = Space.model_validate(state["space"])
     if not tune.Tuner.can_restore(path, storage_filesystem=filesystem):
-        start_ray(address)
+        start_ray(address, space.cell_modules)
         return finish(build_tuner(space, state, experiment_path), state)
     check_saved_state(experiment_path)
     storage.remove_leftovers(experiment_path)
-    start_ray(address)
+    start_ray(address, space.cell_modules)
     repair_checkpoint_names(experiment_path)
     tuner = tune.Tuner.restore(
         path,

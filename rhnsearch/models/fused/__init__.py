@@ -5,13 +5,15 @@ to each other."""
 
 import torch
 
-from ..cells import DTRNNCell, HSGCell, RHNCell
+from ..cells import DTRNNCell, DTSRNNCell, HSGCell, RHNCell
 from .dtrnn import DTRNNLoop
 from .rhn import RHNLoop
 
 
 def supports(cell) -> bool:
-    return isinstance(cell, (RHNCell, DTRNNCell))
+    """Whether the cell is one whose math the fused loops compute (not a subclass that may
+    change it)."""
+    return type(cell) in (RHNCell, HSGCell, DTRNNCell, DTSRNNCell)
 
 
 def run(cell, p: torch.Tensor, state: torch.Tensor, mask, keep_gates: bool = False):
