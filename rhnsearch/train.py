@@ -21,6 +21,7 @@ from .models import BACKENDS, build_model, check_arch, detach_state
 from .tasks import get_task
 
 CHECKPOINT_FILE = "trainer.pt"
+STREAM_WINDOW = 400  # steps of a window when a text is read as one stream (see _batches)
 
 
 @dataclass
@@ -187,13 +188,16 @@ class Trainer:
 
     def _batches(self, split: str, shuffle: bool, batch_size: int | None = None):
         """(inputs, targets, mask) of a split on the device (training: its train_fraction), in
-        batches of BATCH_SIZE (default the config's)."""
+        batches of BATCH_SIZE (default the config's). One stream (batch 1) is read in windows
+        of at least STREAM_WINDOW steps: the state flows on from window to window, so their
+        length changes nothing but the evaluation's speed."""
         c = self.config
         data = self.data.split(split)
         if split == "train" and c.train_fraction < 1.0:
             data = data[: max(1, int(len(data) * c.train_fraction))]
+        bptt = max(c.bptt, STREAM_WINDOW) if batch_size == 1 else c.bptt
         return self.task.batches(
-            data, batch_size or c.batch_size, c.bptt, self.shuffle if shuffle else None, self.device
+            data, batch_size or c.batch_size, bptt, self.shuffle if shuffle else None, self.device
         )
 
     def train_epoch(self):

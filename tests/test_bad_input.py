@@ -204,7 +204,7 @@ def mutated_spaces(draw):
     return doc, preset, overrides
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutated_spaces())
 def test_mutated_spaces_load_or_fail_in_one_line(case):
     doc, preset, overrides = case

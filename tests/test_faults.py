@@ -981,7 +981,7 @@ def test_results_dir_not_writable_is_one_line_before_the_sweep(
     else:
         results_dir.write_text("not a directory\n")
     before = sorted(tmp_path.rglob("*"))
-    proc = rhnsearch_cli(
+    proc = rhnsearch_main(
         "sweep",
         "run",
         JSB_SPACE,
@@ -991,7 +991,6 @@ def test_results_dir_not_writable_is_one_line_before_the_sweep(
         data_dir,
         cwd=tmp_path,
         check=False,
-        timeout=120,
     )
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr.strip().count("\n") == 0, proc.stderr

@@ -62,6 +62,7 @@ def test_plan_of_the_jsb_smoke_preset(tmp_path, data_dir):
     assert "timing rhn d1" in proc.stderr
 
 
+@pytest.mark.slow  # times every cell of a PTB-sized plan
 def test_ptb_without_its_text_is_timed_on_random_tokens_of_its_size(tmp_path):
     """Where PTB's text cannot be had (its download refused here), a PTB space's cells are
     timed on random tokens of PTB's size and vocabulary, and the plan says so."""

@@ -43,6 +43,7 @@ def test_jsb_loss_falls_and_metrics_reach_the_callback(jsb):
     assert result["best_valid_loss"] == min(m["valid_loss"] for m in seen)
 
 
+@pytest.mark.slow  # 30 epochs of a width-128 RHN
 def test_defaults_train_a_jsb_rhn_within_30_epochs(jsb):
     """Only arch, depth and width given: the defaults reach the band where the JSB models
     learn the chorales' structure (a model of the keys' marginal frequencies ends near 11)."""
@@ -118,6 +119,7 @@ def test_loss_per_window_is_the_authors_sum_over_a_windows_steps(ptb_sample):
         TrialConfig(loss_per="window").validate()
 
 
+@pytest.mark.slow  # 3 epochs and a one-stream evaluation of ptb-sample
 def test_ptb_sample_reports_perplexity_and_lr_decay(ptb_sample):
     cfg = TrialConfig(
         dataset="ptb-sample",

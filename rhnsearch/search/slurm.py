@@ -12,6 +12,7 @@ process: the sweep is stopped as Ctrl-C stops it (Tune saves its state, the tria
 if the job is still running (a time limit, not a requeue or scancel), the job requeues itself.
 """
 
+import logging
 import os
 import secrets
 import shlex
@@ -249,7 +250,8 @@ class Job:
 
 
 def log(text: str):
-    print(f"rhnsearch slurm: {text}", file=sys.stderr, flush=True)
+    """A line of the job's output (the command sets this logger to INFO)."""
+    logging.getLogger("rhnsearch.slurm").info(text)
 
 
 def run_job(job_dir: str, sweep_args: list[str]) -> int:
