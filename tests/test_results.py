@@ -374,7 +374,7 @@ def test_ptb_budget_table_puts_measured_next_to_published(ptb_budget_smoke, tmp_
         "test WT (PTB, paper)",
         "status WT",
     } <= set(table.columns)
-    assert "whole text as one stream" in text and "larger weight decay" in text
+    assert "over 20 streams" in text and "larger weight decay" in text  # smoke: final_streams
     rows = table.set_index("depth")
     assert list(rows.index) == [str(d) for d in range(1, 11)]
     assert (

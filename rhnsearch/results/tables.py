@@ -198,10 +198,15 @@ def caption(study: str, sweep: pd.Series, trials: pd.DataFrame, metric: str) -> 
               "significance (--seeds N repeats each cell's setting N times)." if single else
               "The interval is a 95% bootstrap over the cell's trials of its best batched "
               "valid perplexity.")
-    protocol = ("valid and test perplexity of the cell's best trial (chosen on batched "
-                "validation) on the whole text as one stream, as the authors reported theirs"
-                if "metrics.full_valid_loss" in trials else "best batched valid and test "
-                "perplexity (this sweep predates one-stream evaluation)")
+    streams = pd.to_numeric(trials.get("params.final_streams", pd.Series([0]))).max()
+    best = "valid and test perplexity of the cell's best trial (chosen on batched validation)"
+    if "metrics.full_valid_loss" not in trials:
+        protocol = "best batched valid and test perplexity (a sweep of rhnsearch 0.2)"
+    elif streams > 1:
+        protocol = (f"{best} over {streams} streams of the text, each from a zero state (the "
+                    "preset's final_streams; the authors read one stream)")
+    else:
+        protocol = f"{best} on the whole text as one stream, as the authors reported theirs"
     decay = ", ".join(f"{float(w):g}" for w in sorted(set(trials["params.weight_decay"]))) \
         if "params.weight_decay" in trials else "unrecorded"
     like = (f" The published Figure 5a numbers were run at a larger weight decay than the "
