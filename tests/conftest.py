@@ -229,7 +229,7 @@ def rhnsearch_main(*args, cwd, env=None, check=True):
 class SmokeSweep:
     """A finished smoke sweep: its working dir, MLflow store URI and JSON summary."""
 
-    def __init__(self, cwd: Path, space: str, name: str, data_dir: Path, *extra):
+    def __init__(self, cwd: Path, space: str, name: str, data_dir: Path, *extra, env=None):
         self.cwd, self.name, self.data_dir = cwd, name, data_dir
         self.tracking_uri = f"sqlite:///{cwd / 'results' / 'mlflow.db'}"
         proc = rhnsearch_cli(
@@ -245,6 +245,7 @@ class SmokeSweep:
             "--json",
             *extra,
             cwd=cwd,
+            env=env,
         )
         self.stderr = proc.stderr
         self.summary = json_summary(proc)
@@ -280,19 +281,65 @@ def jsb_smoke(sweeps_dir, data_dir) -> SmokeSweep:
 
 @pytest.fixture(scope="session")
 def ptb_budget_smoke(sweeps_dir, data_dir) -> SmokeSweep:
-    return SmokeSweep(sweeps_dir, "ptb_budget", "smoke-ptb-budget", data_dir)
+    """The PTB budget study's smoke preset at depths 1, 2 and 10, untied and tied: 6 cells
+    (the preset's 20 add nothing the tests check)."""
+    return SmokeSweep(
+        sweeps_dir, "ptb_budget", "smoke-ptb-budget", data_dir, "--set", PTB_SMOKE_DEPTHS
+    )
+
+
+PTB_SMOKE_DEPTHS = "depths=[1, 2, 10]"
+HSG_SMOKE_DEPTHS = [10, 20]
 
 
 @pytest.fixture(scope="session")
 def ptb_hsg_smoke(sweeps_dir, data_dir) -> SmokeSweep:
-    return SmokeSweep(sweeps_dir, "ptb_hsg", "smoke-ptb-hsg", data_dir)
+    """The HSG study's smoke preset at depths 10 and 20, with and without HSG: 4 cells."""
+    return SmokeSweep(
+        sweeps_dir, "ptb_hsg", "smoke-ptb-hsg", data_dir, "--set", f"depths={HSG_SMOKE_DEPTHS}"
+    )
+
+
+# A cell of one's own, as a researcher writes it: Chen's MinimalRNN in the cell interface.
+MINIMAL_RNN = '''
+import torch
+from torch import nn
+
+
+class MinimalRNNCell(nn.Module):
+    """u = sigm(U s + V z), s' = u s + (1 - u) z, with z = tanh(W x) projected ahead."""
+
+    def __init__(self, input_size, width, depth):
+        super().__init__()
+        self.input_size, self.width, self.depth = input_size, width, depth
+        self.encode = nn.Linear(input_size, width)
+        self.gate = nn.Linear(2 * width, width)
+
+    def project(self, x):
+        return torch.tanh(self.encode(x))
+
+    def forward(self, z, s, mask=None):
+        read = s if mask is None else s * mask
+        u = torch.sigmoid(self.gate(torch.cat([read, z], -1)))
+        return u * s + (1 - u) * z, {"update": u}
+'''
+OWN_CELL = "labcells:MinimalRNNCell"
 
 
 @pytest.fixture(scope="session")
-def jsb_diverging(sweeps_dir, data_dir) -> SmokeSweep:
+def own_cell_dir(tmp_path_factory) -> Path:
+    """A folder outside the project holding labcells.py, a cell of one's own."""
+    folder = tmp_path_factory.mktemp("lab")
+    (folder / "labcells.py").write_text(MINIMAL_RNN)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def jsb_diverging(sweeps_dir, data_dir, own_cell_dir) -> SmokeSweep:
     """A small JSB sweep with learning rates up to 200 and loose clipping: settings diverge,
     which the swarm plot and the report must show (its own experiment, in the session's
-    store)."""
+    store). Beside RHN and DT-RNN it trains a cell of one's own (OWN_CELL), from a folder on
+    the driver's PYTHONPATH that Ray ships to its workers."""
     sweep = SmokeSweep(
         sweeps_dir,
         "jsb_optimization",
@@ -301,7 +348,7 @@ def jsb_diverging(sweeps_dir, data_dir) -> SmokeSweep:
         "--experiment",
         "jsb_diverging",
         "--set",
-        "archs=[rhn, dtrnn]",
+        f"archs=[rhn, dtrnn, '{OWN_CELL}']",
         "--set",
         "depths=[1, 6]",
         "--set",
@@ -312,6 +359,7 @@ def jsb_diverging(sweeps_dir, data_dir) -> SmokeSweep:
         "samples=3",
         "--set",
         "fixed.epochs=3",
+        env={"PYTHONPATH": str(own_cell_dir)},
     )
     sweep.experiment = "jsb_diverging"
     return sweep

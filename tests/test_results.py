@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import SmokeSweep, rhnsearch_main
+from conftest import HSG_SMOKE_DEPTHS, OWN_CELL, SmokeSweep, rhnsearch_main
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -291,7 +291,7 @@ def test_hsg_plot_overlays_table_1(ptb_hsg_smoke, tmp_path):
     test_ax = plots.depth_curves(chosen, trials, "ptb_hsg").axes[1]
     lines = {line.get_label(): line for line in test_ax.get_lines()}
     assert list(lines["w/ HSG, PTB (published)"].get_ydata()) == list(published.PTB_HSG["test_hsg"])
-    assert list(lines["w/ HSG, ptb-sample (measured)"].get_xdata()) == [10, 20, 30, 40]
+    assert list(lines["w/ HSG, ptb-sample (measured)"].get_xdata()) == HSG_SMOKE_DEPTHS
 
 
 def test_curves_show_the_top_k_trials_valid_loss_per_epoch(jsb_smoke, tmp_path):
@@ -438,7 +438,12 @@ def test_jsb_table_counts_settings_and_divergences(jsb_smoke, jsb_diverging):
             r.data.tags["status"] == "diverged" for r in runs
         )
         for (arch, depth), row in table.set_index(["arch", "depth"]).iterrows():
-            code = {"RHN": "rhn", "DT-RNN": "dtrnn", "DT(S)-RNN": "dtsrnn"}[arch]
+            code = {
+                "RHN": "rhn",
+                "DT-RNN": "dtrnn",
+                "DT(S)-RNN": "dtsrnn",
+                "MinimalRNNCell": OWN_CELL,
+            }[arch]
             cell = [
                 r for r in runs if r.data.params["arch"] == code and r.data.params["depth"] == depth
             ]
