@@ -46,7 +46,6 @@ FIXTURE_TIERS = {
     "s3_server": ("services",),
     "postgres_uri": ("services",),
     "mlflow_pg_server": ("services",),
-    "mlflow_server": ("services",),
     "mlflow_srv": ("services",),
     "browser": ("services",),
     "slurm": ("services", "cluster", "slow"),

@@ -28,7 +28,7 @@ def test_readme_python_example_runs(tmp_path, data_dir):
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=300,
         env={**os.environ, "RHNSEARCH_DATA_DIR": str(data_dir)},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

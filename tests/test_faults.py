@@ -507,7 +507,7 @@ def test_nodes_sharing_no_disk_keep_the_sweep_in_a_bucket(
         storage,
         "--json",
         cwd=driver,
-        timeout=600,
+        timeout=400,
         env={**cluster.env, "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "0"},
     )
     local = [
@@ -547,7 +547,7 @@ def test_nodes_sharing_no_disk_keep_the_sweep_in_a_bucket(
 # -- the MLflow server down ----------------------------------------------------------------
 class MlflowServer:
     """A real `mlflow server` on 127.0.0.1 that can be killed and started again on the same
-    port and sqlite store (test_sweep's `mlflow_server` fixture runs one for good)."""
+    port and sqlite store."""
 
     def __init__(self, root: Path):
         self.root, self.port, self.proc = root, free_port(), None
@@ -857,59 +857,63 @@ def test_a_silent_tracking_server_does_not_stall_the_sweep(mlflow_srv, tmp_path,
         assert steps == list(range(1, int(run.data.metrics["epoch"]) + 1)), steps
 
 
-def test_trials_on_fake_gpus_are_placed_and_refused_without_cuda(tmp_path, data_dir, cluster):
+def test_trials_on_fake_gpus_are_placed_spent_and_refused_without_cuda(tmp_path, data_dir, cluster):
     """A node started with `--num-gpus 2` on this CPU-only machine: trials asking for 0.25 GPU
-    share them four to a GPU (at most 8 at once), and each run records the GPU Ray gave it.
-    Without CUDA in torch every trial fails with one line that says so, and the sweep exits
-    1; with RHNSEARCH_ALLOW_CPU_FALLBACK=1 they train on the CPU and the sweep exits 0."""
+    share them four to a GPU (at most 8 at once), and each run records the GPU Ray gave it and
+    the GPU-seconds it held (its wall time times 0.25), the parent run their totals per cell
+    and in all, and `sweep status` them beside the plan's. Without CUDA in torch a trial fails
+    with one line that says so, and the sweep exits 1; with RHNSEARCH_ALLOW_CPU_FALLBACK=1 they
+    train on the CPU and the sweep exits 0."""
     args = [
-        "sweep",
-        "run",
-        JSB_SPACE,
-        "--preset",
-        "smoke",
-        "--data-dir",
-        data_dir,
-        "--storage-path",
-        tmp_path / "storage",
-        "--set",
-        "resources={cpu: 1, gpu: 0.25}",
-        "--set",
-        "archs=[rhn]",
-        "--set",
-        "depths=[1, 2]",
-        "--set",
-        "scheduler.name=fifo",
-        "--set",
-        "samples=4",
-        "--set",
-        "fixed.epochs=3",
-        "--json",
+        *("--set", "resources={cpu: 1, gpu: 0.25}", "--set", "archs=[rhn]", "--set"),
+        *("depths=[1, 2]", "--set", "scheduler.name=fifo", "--set", "fixed.epochs=2"),
     ]
+    space = [JSB_SPACE, "--preset", "smoke", "--data-dir", data_dir, *args]
+    args = ["sweep", "run", *space, "--storage-path", tmp_path / "storage", "--json"]
     cluster.head(cpus=8, gpus=2)
     refused = rhnsearch_cli(
         *args,
+        "--set",
+        "samples=1",
+        "--set",
+        "depths=[1]",
         "--address",
         cluster.gcs,
         "--name",
         "no-cuda",
         cwd=tmp_path,
         check=False,
-        timeout=600,
         env=cluster.env,
+    )
+    plan = tmp_path / "plan.json"  # planned GPU-hours, timed on this CPU
+    plan.write_text(
+        rhnsearch_main(
+            "sweep",
+            "plan",
+            *space,
+            "--gpus",
+            "2",
+            "--set",
+            "samples=4",
+            "--json",
+            cwd=tmp_path,
+        ).stdout
     )
     fallback = rhnsearch_cli(
         *args,
+        "--set",
+        "samples=4",
         "--address",
         cluster.gcs,
         "--name",
         "cpu-fallback",
+        "--plan",
+        plan,
         cwd=tmp_path,
-        timeout=600,
         env={**cluster.env, "RHNSEARCH_ALLOW_CPU_FALLBACK": "1"},
     )
     summary = json_summary(refused)
-    assert refused.returncode == 1 and summary["failed"] == 8, refused.stderr[-3000:]
+    assert refused.returncode == 1 and summary["failed"] == 1, refused.stderr[-3000:]
     uri = f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("jsb_optimization").experiment_id
@@ -938,6 +942,52 @@ def test_trials_on_fake_gpus_are_placed_and_refused_without_cuda(tmp_path, data_
     at_once = [[gpu for start, end, gpu in spans if start <= t <= end] for t in moments]
     assert 4 < max(len(running) for running in at_once) <= 8
     assert max(max(running.count("0"), running.count("1")) for running in at_once) <= 4
+
+    # GPU-hours as spent: each trial its wall time times its quarter GPU; the sweep the sums
+    for run in runs:
+        m = run.data.metrics
+        assert (
+            m["gpu_seconds"] == m["held_seconds"] * 0.25 and m["cpu_seconds"] == m["held_seconds"]
+        )
+        assert m["held_seconds"] >= sum(  # its wall time holds its epochs
+            h.value for h in client.get_metric_history(run.info.run_id, "epoch_seconds")
+        )
+    (parent,) = client.search_runs(
+        [experiment], "tags.sweep = 'cpu-fallback' and tags.kind = 'sweep'"
+    )
+    cells = {r.data.params["cell"] for r in runs}
+    per_cell = {
+        c: sum(r.data.metrics["gpu_seconds"] for r in runs if r.data.params["cell"] == c) / 3600
+        for c in cells
+    }
+    assert len(cells) == 2 and parent.data.metrics["gpu_hours"] == pytest.approx(
+        sum(per_cell.values()), rel=1e-12
+    )
+    for cell, hours in per_cell.items():
+        assert parent.data.metrics[f"gpu_hours/{cell}"] == pytest.approx(hours, rel=1e-12)
+    planned = json.loads(plan.read_text())
+    status = json.loads(
+        rhnsearch_main(
+            "sweep",
+            "status",
+            "cpu-fallback",
+            "--storage-path",
+            tmp_path / "storage",
+            "--json",
+            cwd=tmp_path,
+        ).stdout
+    )
+    assert status["unit"] == "gpu_hours" and status["statuses"] == {"completed": 8}
+    for row in status["cells"]:
+        assert row["spent"] == pytest.approx(per_cell[row["cell"]], rel=1e-12)
+        (timed,) = [c for c in planned["cells"] if c["cell"] == row["cell"]]
+        assert row["planned"] == pytest.approx(timed["seconds"] * 0.25 / 3600, rel=1e-9)
+    assert parent.data.metrics["planned_gpu_hours"] == pytest.approx(status["planned"])
+    table = rhnsearch_main(
+        "sweep", "status", "cpu-fallback", "--storage-path", tmp_path / "storage", cwd=tmp_path
+    ).stdout
+    print(table)  # the plan-vs-spent table, for the record
+    assert "planned GPU-hours" in table and "spent GPU-hours" in table
 
 
 # -- the results dir not writable ----------------------------------------------------------

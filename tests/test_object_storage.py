@@ -132,7 +132,7 @@ def test_killed_driver_resumes_from_another_directory(s3_server, tmp_path, data_
         for k in s3_server.keys(bucket, "sweeps/optuna-s3/")
     )
     proc = rhnsearch_cli(
-        "sweep", "resume", "optuna-s3", "--storage-path", uri, "--json", cwd=second, timeout=600
+        "sweep", "resume", "optuna-s3", "--storage-path", uri, "--json", cwd=second, timeout=300
     )
     summary = json_summary(proc)
     assert summary["complete"] and summary["completed"] == 6, proc.stderr[-3000:]
