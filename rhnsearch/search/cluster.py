@@ -7,6 +7,7 @@ import socket
 from urllib.parse import urlparse
 
 import ray
+from ray.exceptions import AuthenticationError
 
 from ..errors import UserError, first_line
 from .trainable import ALLOW_CPU_FALLBACK
@@ -54,6 +55,8 @@ def start_ray(address: str | None, modules: list[str] = ()):
         check_address(address)
         try:
             ray.init(address=address, logging_level=logging.WARNING, runtime_env=runtime_env)
+        except AuthenticationError:
+            raise UserError(refused_token(address)) from None
         except (ConnectionError, RuntimeError) as exc:
             raise UserError(
                 f"could not join the Ray cluster at {address}: {first_line(exc)}"
@@ -65,6 +68,19 @@ def start_ray(address: str | None, modules: list[str] = ()):
             runtime_env=runtime_env,
             _node_ip_address="127.0.0.1",
         )  # a local Ray stays on loopback
+
+
+def refused_token(address: str) -> str:
+    """The one line for a cluster that refused this client's Ray token (or its lack of one)."""
+    where = os.environ.get("RAY_AUTH_TOKEN_PATH") or (
+        "RAY_AUTH_TOKEN" if os.environ.get("RAY_AUTH_TOKEN") else "~/.ray/auth_token"
+    )
+    mode = os.environ.get("RAY_AUTH_MODE", "unset")
+    return (
+        f"the Ray cluster at {address} refused this client's token (RAY_AUTH_MODE={mode}, "
+        f"token from {where}): set RAY_AUTH_MODE=token and the cluster's token in "
+        "RAY_AUTH_TOKEN or ~/.ray/auth_token"
+    )
 
 
 def check_gpus(gpu: float, local: bool):

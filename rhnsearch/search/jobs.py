@@ -13,11 +13,12 @@ from datetime import datetime
 from pathlib import Path
 
 import yaml
+from ray.exceptions import AuthenticationError
 
 from ..errors import UserError, first_line
 from ..provenance import COMMIT_ENV, DIRTY_ENV, git_commit
 from . import storage
-from .cluster import check_address
+from .cluster import check_address, refused_token
 from .space import load_space
 from .sweep import STORAGE_ENV
 
@@ -30,6 +31,8 @@ def job_client(address: str):
     check_address(address)
     try:
         return JobSubmissionClient(address)
+    except AuthenticationError:
+        raise UserError(refused_token(address)) from None
     except Exception as exc:  # the client's own connection errors
         raise UserError(
             f"no Ray Jobs API at {address} ({first_line(exc, 160)}): "
@@ -112,6 +115,8 @@ def submit(
             return client.submit_job(
                 entrypoint=command, runtime_env=env, submission_id=f"rhnsearch-{name}"
             )
+        except AuthenticationError:
+            raise UserError(refused_token(address)) from None
         except RuntimeError as exc:  # the SDK's error for a failed request
             message = first_line(exc)
             if "try again later" not in message or time.monotonic() > deadline:
@@ -125,6 +130,8 @@ def job_call(address: str, job_id: str, method: str):
     """Call a JobSubmissionClient method on a job; an unknown job is a one-line error."""
     try:
         return getattr(job_client(address), method)(job_id)
+    except AuthenticationError:
+        raise UserError(refused_token(address)) from None
     except RuntimeError as exc:  # the SDK's error for any failed request
         raise UserError(
             f"job {job_id} at {address}: {first_line(exc)} "
