@@ -165,3 +165,23 @@ def test_every_import_of_the_package_is_a_declared_dependency():
         if not {d.lower() for d in providers.get(name, [])} & declared
     }
     assert undeclared == {}, f"imported but not in pyproject.toml's dependencies: {undeclared}"
+
+
+def test_the_report_kinds_a_space_may_name_are_those_declared():
+    """A space names its study's report kind (search/space.py), results/studies.py declares
+    them: the same names, and no other module of the package names a study."""
+    import typing
+
+    from rhnsearch.results.studies import KINDS
+    from rhnsearch.search.space import Space
+
+    assert set(typing.get_args(Space.model_fields["report"].annotation)) == set(KINDS)
+    named = [
+        name
+        for name, tree in modules().items()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and node.value in ("jsb_optimization", "ptb_budget", "ptb_hsg")
+        and name != "rhnsearch.results.studies"
+    ]
+    assert named == []

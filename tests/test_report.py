@@ -628,13 +628,14 @@ def test_every_figure_of_the_reports_fits_and_no_legend_covers_data(
 ):
     """The figures the reports embed: every title and label inside the figure, every legend
     outside the axes it would cover."""
-    from rhnsearch.results import importance, plots, store
+    from rhnsearch.results import importance, plots, store, studies
 
     checked = 0
     for sweep in (jsb_smoke, ptb_budget_smoke, ptb_hsg_smoke):
         exp = store.open_experiment(sweep.experiment, sweep.tracking_uri)
         chosen, trials = store.sweep_trials(exp)
-        figures = [plots.make(kind, exp) for kind in plots.STUDY_PLOTS[sweep.experiment]]
+        kind = studies.kind_of(chosen)
+        figures = [plots.make(figure, exp) for figure in (kind.figure, "curves")]
         figures.append(plots.parallel(chosen, trials))
         frame, _ = importance.importances(trials)
         figures += [plots.importance_bars(frame)] if not frame.empty else []

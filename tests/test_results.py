@@ -238,11 +238,19 @@ def test_swarm_draws_every_setting_on_its_axis(jsb_smoke, jsb_diverging, tmp_pat
 
 
 def test_depth_plot_overlays_the_published_curve_and_names_ptb_sample(ptb_budget_smoke, tmp_path):
-    from rhnsearch.results import plots, published, store
+    from rhnsearch.results import plots, published, store, studies
 
     out = tmp_path / "depth.svg"
-    results(ptb_budget_smoke, "plot", "depth", "--out", out)
-    results(ptb_budget_smoke, "plot", "depth", "--out", tmp_path / "depth.png")
+    results(ptb_budget_smoke, "plot", "depth", "--experiment", "ptb_budget", "--out", out)
+    results(
+        ptb_budget_smoke,
+        "plot",
+        "depth",
+        "--experiment",
+        "ptb_budget",
+        "--out",
+        tmp_path / "depth.png",
+    )
     assert (tmp_path / "depth.png").read_bytes()[:8] == PNG_MAGIC
     texts = svg_texts(out)
     measured = [t for t in texts if "(measured)" in t]
@@ -260,7 +268,7 @@ def test_depth_plot_overlays_the_published_curve_and_names_ptb_sample(ptb_budget
     chosen, trials = store.sweep_trials(
         store.open_experiment("ptb_budget", ptb_budget_smoke.tracking_uri)
     )
-    valid_ax = plots.depth_curves(chosen, trials, "ptb_budget").axes[0]
+    valid_ax = plots.depth_curves(chosen, trials, studies.BUDGET).axes[0]
     lines = {line.get_label(): line for line in valid_ax.get_lines()}
     published_wt = lines["WT, PTB (published at a larger weight decay)"]
     assert list(published_wt.get_ydata()) == list(published.PTB_BUDGET["valid_wt"])
@@ -279,16 +287,16 @@ def test_depth_plot_overlays_the_published_curve_and_names_ptb_sample(ptb_budget
 
 
 def test_hsg_plot_overlays_table_1(ptb_hsg_smoke, tmp_path):
-    from rhnsearch.results import plots, published, store
+    from rhnsearch.results import plots, published, store, studies
 
     out = tmp_path / "hsg.svg"
-    results(ptb_hsg_smoke, "plot", "hsg", "--out", out)
+    results(ptb_hsg_smoke, "plot", "depth", "--experiment", "ptb_hsg", "--out", out)
     texts = svg_texts(out)
     assert "w/ HSG, ptb-sample (measured)" in texts and "w/o HSG, PTB (published)" in texts
     chosen, trials = store.sweep_trials(
         store.open_experiment("ptb_hsg", ptb_hsg_smoke.tracking_uri)
     )
-    test_ax = plots.depth_curves(chosen, trials, "ptb_hsg").axes[1]
+    test_ax = plots.depth_curves(chosen, trials, studies.HSG).axes[1]
     lines = {line.get_label(): line for line in test_ax.get_lines()}
     assert list(lines["w/ HSG, PTB (published)"].get_ydata()) == list(published.PTB_HSG["test_hsg"])
     assert list(lines["w/ HSG, ptb-sample (measured)"].get_xdata()) == HSG_SMOKE_DEPTHS
@@ -338,10 +346,20 @@ def test_plot_errors_are_one_line(jsb_smoke, tmp_path):
             tmp_path / "d.png",
             check=False,
         ),
-        "ptb_budget",
+        "no published depth curve",
     )
     one_line_error(
-        results(jsb_smoke, "plot", "swarm", "--out", tmp_path / "s.pdf", check=False), ".png"
+        results(
+            jsb_smoke,
+            "plot",
+            "swarm",
+            "--experiment",
+            "jsb_optimization",
+            "--out",
+            tmp_path / "s.pdf",
+            check=False,
+        ),
+        ".png",
     )
     one_line_error(
         results(
@@ -461,19 +479,13 @@ def test_jsb_table_counts_settings_and_divergences(jsb_smoke, jsb_diverging):
             )
 
 
-def test_table_for_the_wrong_study_is_a_one_line_error(jsb_smoke):
+def test_table_of_an_unknown_experiment_is_a_one_line_error(jsb_smoke):
     one_line_error(
-        results(
-            jsb_smoke,
-            "table",
-            "--study",
-            "ptb_budget",
-            "--experiment",
-            "jsb_optimization",
-            check=False,
-        ),
-        "ptb_budget",
+        results(jsb_smoke, "table", "--study", "ptb_budget", check=False),
+        "no experiment 'ptb_budget'",
+        "jsb_optimization",
     )
+    one_line_error(results(jsb_smoke, "table", check=False), "--experiment")
 
 
 # -- the sweep's own plots, and help ---------------------------------------------------------
@@ -500,7 +512,7 @@ def test_every_results_command_has_help(capsys):
         ["results"],
         ["results", "export"],
         ["results", "plot"],
-        *(["results", "plot", k] for k in ("swarm", "depth", "hsg", "curves")),
+        *(["results", "plot", k] for k in ("swarm", "depth", "curves")),
         ["results", "table"],
         ["results", "report"],
     ):

@@ -45,34 +45,22 @@ def add_results(sub):
         description="Draw one of the papers' figures from a sweep's runs.",
     )
     psub = plot.add_subparsers(dest="plot_kind", required=True)
-    for kind, text, default in [
+    for kind, text in [
         (
             "swarm",
-            "RHN paper Fig. 4: loss of each random setting vs depth, per "
-            "architecture; diverged settings at the top, counted",
-            "jsb_optimization",
+            "RHN paper Fig. 4: the loss of each setting vs depth, per architecture; "
+            "diverged settings at the top, counted",
         ),
         (
             "depth",
-            "perplexity vs depth, untied and WT, with the authors' published "
-            "curve (RHN paper Fig. 5a)",
-            "ptb_budget",
+            "perplexity vs depth per group (untied and WT, or with and without HSG) "
+            "next to the published numbers (RHN paper Fig. 5a, HSG paper Table 1), for a "
+            "sweep of a study with a published depth curve",
         ),
-        (
-            "hsg",
-            "perplexity vs depth with and without HSG, with the HSG paper's Table 1",
-            "ptb_hsg",
-        ),
-        ("curves", "learning curves (valid loss per epoch) of the top-k trials", None),
+        ("curves", "learning curves (valid loss per epoch) of the top-k trials"),
     ]:
         k = psub.add_parser(kind, help=text, description=text[0].upper() + text[1:] + ".")
-        _store_options(
-            k,
-            f"MLflow experiment (default: {default})"
-            if default
-            else "MLflow experiment, e.g. jsb_optimization",
-            required=default is None,
-        )
+        _store_options(k, "MLflow experiment, e.g. jsb_optimization", required=True)
         k.add_argument("--out", required=True, help="FILE.png or FILE.svg")
         if kind in ("swarm", "curves"):
             k.add_argument(
@@ -92,15 +80,14 @@ def add_results(sub):
     table = rsub.add_parser(
         "table",
         help="a study's table, measured next to published",
-        description="ptb_budget: the authors' README table (depth, units, params, best "
-        "valid, test, and WT); ptb_hsg: the HSG paper's Table 1; jsb_optimization: per "
-        "(arch, depth) settings tried, diverged, best and median loss. Markdown on stdout, "
-        "or --out FILE (.md, .tex, .csv).",
+        description="The table of the sweep's kind of study (its space's `report`): for "
+        "ptb_budget the authors' README table (depth, units, params, valid, test, and WT), "
+        "for ptb_hsg the HSG paper's Table 1, otherwise per (arch, depth) the settings "
+        "tried, how they ended, best and median loss. Markdown on stdout, or --out FILE "
+        "(.md, .tex, .csv).",
     )
-    table.add_argument(
-        "--study", required=True, choices=["jsb_optimization", "ptb_budget", "ptb_hsg"]
-    )
-    _store_options(table, "MLflow experiment (default: the study's name)")
+    table.add_argument("--study", help="the study's experiment (as --experiment)")
+    _store_options(table, "MLflow experiment, e.g. ptb_budget")
     table.add_argument("--out", help="FILE.md, .tex or .csv (default: Markdown to stdout)")
     table.add_argument(
         "--metric",
@@ -155,11 +142,13 @@ def cmd_plot(args):
 
 
 def cmd_table(args):
-    from ..results.tables import table
+    from ..errors import UserError
+    from ..results.studies import table
 
+    if not (args.experiment or args.study):
+        raise UserError("results table needs --experiment NAME (or --study NAME)")
     text = table(
-        args.study,
-        args.experiment,
+        args.experiment or args.study,
         args.tracking_uri,
         args.sweep,
         args.out,

@@ -17,15 +17,13 @@ from matplotlib.ticker import LogLocator, MaxNLocator, NullLocator
 from matplotlib.transforms import blended_transform_factory
 
 from ..errors import UserError, first_line
-from . import arch_label, arch_order, published, store
+from . import arch_label, arch_order, store
 from .export import atomic, check_out
-from .tables import best_per_cell, check_study, finished, sweep_dataset
+from .studies import Groups, kind_of
+from .tables import best_per_cell, finished, sweep_dataset
 
 log = logging.getLogger("rhnsearch")
 PLOT_OUT = (".png", ".svg")
-DEFAULT_EXPERIMENT = {"swarm": "jsb_optimization", "depth": "ptb_budget", "hsg": "ptb_hsg"}
-STUDY_PLOTS = {"jsb_optimization": ("swarm", "curves"), "ptb_budget": ("depth", "curves"),
-               "ptb_hsg": ("hsg", "curves")}
 DODGE_WIDTH = 0.8  # seaborn's default width of a dodged category
 CLIP_MARGIN = 0.5  # parallel coordinates: the loss axis stops at best + CLIP_MARGIN x |best|
 LOG_SPAN = 2.0  # the swarm's loss axis is log-scaled where its losses span more than this factor
@@ -154,37 +152,30 @@ def hollow_stopped(ax, stopped_losses: pd.Series):
         collection.set_linewidths(1.2)
 
 
-def depth_curves(sweep: pd.Series, trials: pd.DataFrame, study: str) -> Figure:
-    """Perplexity vs recurrence depth, valid and test side by side (`best_per_cell`), measured
-    (solid) and published on PTB (dashed): ptb_budget untied/WT (RHN paper Fig. 5a, authors'
-    README, at a larger weight decay than the paper states, with its depth-10 WT number at
-    the reduced decay as a star), ptb_hsg with/without HSG (HSG paper Table 1). Log scale:
-    the presets differ by orders."""
-    if study == "ptb_budget":
-        key, groups, pub, source = "params.tied", [(False, "untied", ""), (True, "WT", "_wt")], \
-            published.PTB_BUDGET, published.RHN_PAPER
-    else:
-        key, groups, pub, source = "params.arch", [("rhn", "w/o HSG", ""),
-                                                   ("hsg", "w/ HSG", "_hsg")], \
-            published.PTB_HSG, published.HSG_PAPER
-    cells = best_per_cell(trials, key)
+def depth_curves(sweep: pd.Series, trials: pd.DataFrame, groups: Groups) -> Figure:
+    """Perplexity vs recurrence depth, valid and test side by side (`best_per_cell`), per
+    group of GROUPS, measured (solid) and published on PTB (dashed), and the published point
+    like the sweep's as a star: the RHN paper's Fig. 5a untied and WT (authors' README, at a
+    larger weight decay than the paper states; the star its depth-10 WT number at the reduced
+    decay), or the HSG paper's Table 1 with and without HSG. Log scale: the presets differ by
+    orders."""
+    cells = best_per_cell(trials, groups.key)
+    pub, star = groups.published, groups.star
     ds = sweep_dataset(trials)
     fig = Figure(figsize=(11, 4.8), layout="constrained")
     axes = fig.subplots(1, 2, sharey=True)
-    colors = sns.color_palette("colorblind", len(groups))
-    larger = " at a larger weight decay" if study == "ptb_budget" else ""
-    reduced = published.PTB_REDUCED_DECAY
+    colors = sns.color_palette("colorblind", len(groups.groups))
     for ax, column, name in zip(axes, ("valid", "test"), ("valid", "test")):
-        for color, (value, label, suffix) in zip(colors, groups):
+        for color, (value, label, suffix) in zip(colors, groups.groups):
             mine = cells[cells["key"] == value].sort_values("depth")
             ax.plot(mine["depth"], mine[column], "o-", color=color,
                     label=f"{label}, {ds} (measured)")
             ax.plot(pub.index, pub[column + suffix], "s--", color=color, mfc="none",
-                    label=f"{label}, PTB (published{larger})")
-            if study == "ptb_budget" and value == reduced["tied"]:
-                ax.plot([reduced["depth"]], [reduced[column]], "*", color=color, ms=11,
+                    label=f"{label}, PTB (published{groups.note})")
+            if star and value == star["tied"]:
+                ax.plot([star["depth"]], [star[column]], "*", color=color, ms=11,
                         label=f"{label}, PTB (published, weight decay "
-                        f"{reduced['weight_decay']:g})")
+                        f"{star['weight_decay']:g})")
             bad = mine[mine["status"].isin(["diverged", "failed"])]
             ax.scatter(bad["depth"], [0.97] * len(bad), marker="X", color=color, s=60,
                        transform=blended_transform_factory(ax.transData, ax.transAxes))
@@ -200,8 +191,8 @@ def depth_curves(sweep: pd.Series, trials: pd.DataFrame, study: str) -> Figure:
                              "failed)", fig, 9, share=0.45), fontsize=9)
     fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=2,
                fontsize=8)
-    fig.suptitle(fitted(_title(sweep, trials, f"{study}: perplexity vs depth; published: "
-                                               f"{source}"), fig, 10), fontsize=10)
+    fig.suptitle(fitted(_title(sweep, trials, f"{sweep['study']}: perplexity vs depth; "
+                               f"published: {groups.source}"), fig, 10), fontsize=10)
     return fig
 
 
@@ -353,9 +344,11 @@ def make(kind: str, exp: store.Experiment, sweep: str | None = None,
         return swarm(chosen, trials, metric)
     if kind == "curves":
         return curves(chosen, trials, exp, top, metric)
-    study = {"depth": "ptb_budget", "hsg": "ptb_hsg"}[kind]
-    check_study(chosen, study)
-    return depth_curves(chosen, trials, study)
+    groups = kind_of(chosen).groups
+    if groups is None:
+        raise UserError(f"sweep {chosen['sweep']} has no published depth curve to draw "
+                        "against (its space's report kind has none): draw swarm or curves")
+    return depth_curves(chosen, trials, groups)
 
 
 def save(fig: Figure, path: Path):
@@ -371,9 +364,7 @@ def plot(kind: str, out, experiment: str | None = None, tracking_uri: str | None
     path = check_out(out, PLOT_OUT, force)
     if top < 1:
         raise UserError(f"--top {top}: draw at least 1 trial")
-    if experiment is None and kind not in DEFAULT_EXPERIMENT:
-        raise UserError(f"`plot {kind}` needs --experiment NAME")
-    exp = store.open_experiment(experiment or DEFAULT_EXPERIMENT[kind], tracking_uri)
+    exp = store.open_experiment(experiment, tracking_uri)
     save(make(kind, exp, sweep, metric, top), path)
     return path
 
@@ -385,7 +376,7 @@ def log_sweep_plots(client, experiment_id: str, parent_run_id: str):
         parent = client.get_run(parent_run_id)
         exp = store.Experiment(client.get_experiment(experiment_id).name, experiment_id,
                                client.tracking_uri, client)
-        kinds = STUDY_PLOTS.get(parent.data.tags.get("study"), ("curves",))
+        kinds = (kind_of(store.pick_sweep(exp, parent.data.tags.get("sweep"))).figure, "curves")
         with tempfile.TemporaryDirectory() as tmp:
             for kind in kinds:
                 save(make(kind, exp, parent.data.tags.get("sweep")), Path(tmp) / f"{kind}.png")

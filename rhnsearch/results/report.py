@@ -14,7 +14,8 @@ from matplotlib.figure import Figure
 
 from ..errors import UserError, first_line
 from ..provenance import TAGS
-from . import arch_label, importance, plots, published, store, tables
+from . import arch_label, importance, plots, store, tables
+from .studies import Kind, kind_of
 from .export import atomic, check_out, html_table
 
 log = logging.getLogger("rhnsearch")
@@ -22,7 +23,6 @@ REPORT_OUT = (".html",)
 SECTIONS = {"header": "Sweep", "figure": "The study's figure", "table": "Measured and published",
             "curves": "Learning curves", "parallel": "Settings (parallel coordinates)",
             "importance": "Hyperparameter importance", "provenance": "Provenance"}
-STUDY_FIGURE = {"jsb_optimization": "swarm", "ptb_budget": "depth", "ptb_hsg": "hsg"}
 STATUSES = ("completed", "stopped", "diverged", "failed", "running")
 STYLE = """
 body { font: 15px/1.45 system-ui, sans-serif; color: #1a1a1a; margin: 0 auto; max-width: 1200px;
@@ -110,27 +110,27 @@ def header(exp: store.Experiment, chosen: pd.Series, trials: pd.DataFrame, paren
 
 
 def study_figure(chosen: pd.Series, trials: pd.DataFrame) -> str:
-    """The study's figure: the swarm (jsb_optimization, or any sweep with several archs or
-    depths), or perplexity vs depth with the published numbers (ptb_budget, ptb_hsg)."""
-    kind = STUDY_FIGURE.get(chosen["study"])
-    if kind in ("depth", "hsg"):
-        return drawn(lambda: plots.depth_curves(chosen, trials, chosen["study"]),
+    """The figure of the sweep's kind of study (studies.py): perplexity vs depth with the
+    published numbers, or the swarm of every setting where there are several cells."""
+    kind = kind_of(chosen)
+    if kind.figure == "depth":
+        return drawn(lambda: plots.depth_curves(chosen, trials, kind.groups),
                      f"{chosen['study']}: perplexity vs depth, published numbers overlaid")
-    if kind == "swarm" or trials["params.arch"].nunique() > 1 or \
-            trials["params.depth"].nunique() > 1:
+    if trials["params.arch"].nunique() > 1 or trials["params.depth"].nunique() > 1:
         return note("Each point is one setting's best_valid_loss, the quantity the search "
                     "selects on and the table and the finding use (filled: completed, hollow: "
                     "stopped early by ASHA, X: diverged); every setting that did not diverge "
                     "is on the axis (log-scaled where the losses span more than a factor of "
-                    f"{plots.LOG_SPAN:g})." + gaps_sentence(trials)) + \
+                    f"{plots.LOG_SPAN:g})." + gaps_sentence(kind, trials)) + \
             drawn(lambda: plots.swarm(chosen, trials), "loss of each setting vs depth")
     return note("One (architecture, depth) cell: no swarm to draw; see the table.")
 
 
-def gaps_sentence(trials: pd.DataFrame) -> str:
+def gaps_sentence(kind: Kind, trials: pd.DataFrame) -> str:
     """The finding's gaps to RHN at the deepest depth with their 95% intervals, as a
-    sentence ('' where there is no RHN or one depth)."""
-    if trials["params.depth"].nunique() < 2 or "rhn" not in set(trials["params.arch"]):
+    sentence ('' for a study that measures none, or where there is no RHN or one depth)."""
+    if kind.measured is not tables.jsb_finding or trials["params.depth"].nunique() < 2 or \
+            "rhn" not in set(trials["params.arch"]):
         return ""
     finding = tables.jsb_finding(trials)
     gap = next(c for c in finding.columns if c.startswith("gap to RHN"))
@@ -145,30 +145,12 @@ def gaps_sentence(trials: pd.DataFrame) -> str:
 def study_table(chosen: pd.Series, trials: pd.DataFrame) -> str:
     """The study's table (measured next to published), or per (arch, depth) counts and
     losses for a study with no published numbers."""
-    study = chosen["study"]
-    if study == "jsb_optimization" and trials["params.depth"].nunique() > 1:
-        finding = note(published.JSB_FINDING) + html_table(
-            tables.jsb_finding(trials), "Measured on this sweep: each architecture's best "
-            "best_valid_loss (nats per time step) at the shallowest and deepest depth and its "
-            "change with depth (the paper's two claims: not up for RHN, up for DT-RNN and "
-            "DT(S)-RNN), and its gap to the best RHN at the deepest depth, each with a 95% "
-            "bootstrap interval over both cells' settings (significant when it excludes 0).",
-            "finding-table")
-    elif study == "ptb_budget" and trials["params.depth"].nunique() > 1:
-        finding = note(published.PTB_BUDGET_FINDING) + html_table(
-            tables.depth_finding(trials), "Measured on this sweep: each depth's best valid "
-            "perplexity and the gap of its best best_valid_loss (nats per word; negative: "
-            "better than the shallowest depth) with a 95% bootstrap interval over both cells' "
-            "trials (a gap is significant when its interval excludes 0; a cell of one trial "
-            "has none).", "finding-table")
-    else:
-        finding = ""
-    if study in tables.STUDIES:
-        return finding + html_table(tables.build(study, trials), tables.caption(
-            study, chosen, trials, "best_valid_loss"), "study-table")
-    return html_table(tables.jsb_optimization(trials), f"{study}: settings, how they ended "
-                      "and best_valid_loss per architecture and depth (no published numbers "
-                      "for this study).", "study-table")
+    kind, finding = kind_of(chosen), ""
+    if kind.measured and trials["params.depth"].nunique() > 1:
+        finding = note(kind.finding) + html_table(kind.measured(trials), kind.measured_caption,
+                                                  "finding-table")
+    return finding + html_table(kind.table(trials, "best_valid_loss"),
+                                kind.caption(chosen, trials, "best_valid_loss"), "study-table")
 
 
 def parallel(chosen: pd.Series, trials: pd.DataFrame) -> str:

@@ -66,11 +66,11 @@ def search(exp: Experiment, filter_string: str) -> list:
 def sweeps(exp: Experiment) -> pd.DataFrame:
     """The experiment's sweeps (parent runs), oldest first."""
     rows = [{"sweep": r.data.tags.get("sweep", r.info.run_name), "run_id": r.info.run_id,
-             "study": r.data.tags.get("study"), "preset": r.data.tags.get("preset"),
-             "dataset": r.data.params.get("dataset"), "start_time": r.info.start_time,
-             "run_status": r.info.status}
+             "study": r.data.tags.get("study"), "report": r.data.tags.get("report"),
+             "preset": r.data.tags.get("preset"), "dataset": r.data.params.get("dataset"),
+             "start_time": r.info.start_time, "run_status": r.info.status}
             for r in search(exp, "tags.kind = 'sweep'")]
-    return pd.DataFrame(rows, columns=["sweep", "run_id", "study", "preset", "dataset",
+    return pd.DataFrame(rows, columns=["sweep", "run_id", "study", "report", "preset", "dataset",
                                        "start_time", "run_status"]
                         ).sort_values("start_time", kind="stable").reset_index(drop=True)
 

@@ -2,11 +2,8 @@
 import numpy as np
 import pandas as pd
 
-from ..errors import UserError
-from . import arch_label, arch_order, dataset_label, published, store, uncertainty
-from .export import check_out, markdown, write_frame
+from . import arch_label, arch_order, dataset_label, published, uncertainty
 
-STUDIES = ("jsb_optimization", "ptb_budget", "ptb_hsg")
 TABLE_OUT = (".md", ".tex", ".csv")
 FINISHED = ("completed", "stopped")
 
@@ -51,13 +48,6 @@ def one_stream_valid(trials: pd.DataFrame) -> pd.Series:
     """Each trial's final valid loss on the whole text as one stream; a sweep of rhnsearch
     0.2, which validated in batches only, gives its batched best instead (`caption` says)."""
     return trials.get("metrics.full_valid_loss", trials["metrics.best_valid_loss"])
-
-
-def check_study(sweep: pd.Series, study: str):
-    """A one-line error unless SWEEP ran STUDY's space."""
-    if sweep["study"] != study:
-        raise UserError(f"sweep {sweep['sweep']} ran the {sweep['study']} study, not {study}: "
-                        f"pass --experiment with the experiment of a {study} sweep")
 
 
 def sweep_dataset(trials: pd.DataFrame) -> str:
@@ -185,14 +175,23 @@ def depth_finding(trials: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def caption(study: str, sweep: pd.Series, trials: pd.DataFrame, metric: str) -> str:
-    ds = sweep_dataset(trials)
-    where = f"{study}, sweep {sweep['sweep']} (preset {sweep['preset']}, {len(trials)} trials)"
-    if study == "jsb_optimization":
-        return (f"{where}: {metric} in nats per time step on {ds}, per architecture and "
-                "recurrence depth; diverged settings are counted, not averaged; the interval "
-                "is a 95% bootstrap over the cell's settings of its best.")
-    source = published.RHN_PAPER if study == "ptb_budget" else published.HSG_PAPER
+def where(sweep: pd.Series, trials: pd.DataFrame) -> str:
+    return (f"{sweep['study']}, sweep {sweep['sweep']} (preset {sweep['preset']}, "
+            f"{len(trials)} trials)")
+
+
+def cells_caption(sweep: pd.Series, trials: pd.DataFrame, metric: str) -> str:
+    """The caption of `jsb_optimization`'s table, in the trials' loss unit."""
+    units = trials.get("params.loss_unit", pd.Series(["nats per time step"])).dropna()
+    return (f"{where(sweep, trials)}: {metric} in {' / '.join(sorted(set(units)))} on "
+            f"{sweep_dataset(trials)}, per architecture and recurrence depth; diverged "
+            "settings are counted, not averaged; the interval is a 95% bootstrap over the "
+            "cell's settings of its best.")
+
+
+def published_caption(sweep: pd.Series, trials: pd.DataFrame, source: str) -> str:
+    """The caption of a table of measured perplexities next to published ones: how they were
+    measured, and how sure a gap between cells is."""
     single = trials.groupby(["params.arch", "params.tied", "params.depth"]).size().max() == 1
     spread = ("One trial per cell, so no interval: a gap between cells is of unknown "
               "significance (--seeds N repeats each cell's setting N times)." if single else
@@ -207,39 +206,21 @@ def caption(study: str, sweep: pd.Series, trials: pd.DataFrame, metric: str) -> 
                     "preset's final_streams; the authors read one stream)")
     else:
         protocol = f"{best} on the whole text as one stream, as the authors reported theirs"
+    return (f"{where(sweep, trials)}: {protocol}, measured on {sweep_dataset(trials)}, next "
+            f"to the published numbers on full PTB ({source}); missing for cells whose best "
+            "trial was stopped early. " + spread)
+
+
+def ptb_budget_caption(sweep: pd.Series, trials: pd.DataFrame, metric: str) -> str:
+    """`published_caption`, and the weight decay beside the published one's."""
     decay = ", ".join(f"{float(w):g}" for w in sorted(set(trials["params.weight_decay"]))) \
         if "params.weight_decay" in trials else "unrecorded"
-    like = (f" The published Figure 5a numbers were run at a larger weight decay than the "
-            f"paper states; this sweep's is {decay}; at depth 10 with WT the paper's reduced "
-            f"decay gave {published.PTB_REDUCED_DECAY['valid']} / "
-            f"{published.PTB_REDUCED_DECAY['test']}." if study == "ptb_budget" else "")
-    return (f"{where}: {protocol}, measured on {ds}, next to the published numbers on full "
-            f"PTB ({source}); missing for cells whose best trial was stopped early. "
-            + spread + like)
+    reduced = published.PTB_REDUCED_DECAY
+    return (published_caption(sweep, trials, published.RHN_PAPER) + " The published Figure "
+            "5a numbers were run at a larger weight decay than the paper states; this sweep's "
+            f"is {decay}; at depth 10 with WT the paper's reduced decay gave "
+            f"{reduced['valid']} / {reduced['test']}.")
 
 
-def build(study: str, trials: pd.DataFrame, metric: str = "best_valid_loss") -> pd.DataFrame:
-    if study == "jsb_optimization":
-        return jsb_optimization(trials, metric)
-    return {"ptb_budget": ptb_budget, "ptb_hsg": ptb_hsg}[study](trials)
-
-
-def table(study: str, experiment: str | None = None, tracking_uri: str | None = None,
-          sweep: str | None = None, out=None, force: bool = False,
-          metric: str = "best_valid_loss") -> str:
-    """Build STUDY's table from a sweep of EXPERIMENT (default: the study's name); write it
-    to OUT (.md/.tex/.csv) or return it as Markdown."""
-    if study not in STUDIES:
-        raise UserError(f"unknown study {study!r}: use one of {', '.join(STUDIES)}")
-    path = check_out(out, TABLE_OUT, force) if out else None
-    exp = store.open_experiment(experiment or study, tracking_uri)
-    chosen, trials = store.sweep_trials(exp, sweep)
-    check_study(chosen, study)
-    if f"metrics.{metric}" not in trials:
-        raise UserError(f"no metric {metric!r} in sweep {chosen['sweep']}: use one of "
-                        f"{', '.join(c[8:] for c in trials if c.startswith('metrics.'))}")
-    frame, text = build(study, trials, metric), caption(study, chosen, trials, metric)
-    if path is None:
-        return markdown(frame, text)
-    write_frame(frame, path, caption=text)
-    return f"wrote {path} ({len(frame)} rows)"
+def ptb_hsg_caption(sweep: pd.Series, trials: pd.DataFrame, metric: str) -> str:
+    return published_caption(sweep, trials, published.HSG_PAPER)

@@ -107,6 +107,8 @@ class Space(Strict):
     resources: Resources = Resources()
     max_concurrent: int = Field(0, ge=0)  # 0: as many as resources allow
     keep_model: Literal["best", "none"] = "best"
+    # what the study's report is made of: the kinds of results/studies.py
+    report: Literal["cells", "optimization", "depth_budget", "hsg_depth"] = "cells"
     register_model: str | None = Field(None, min_length=1)  # registers the kept model
 
     @field_validator("dataset")

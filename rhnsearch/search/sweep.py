@@ -202,6 +202,7 @@ def run_sweep(
         tags={
             "sweep": name,
             "study": space.study,
+            "report": space.report,
             "preset": preset or "base",
             "kind": "sweep",
             **provenance_tags(),
