@@ -226,17 +226,21 @@ def rhnsearch_main(*args, cwd, env=None, check=True):
 
 
 class SmokeSweep:
-    """A finished smoke sweep: its working dir, MLflow store URI and JSON summary."""
+    """A finished smoke sweep: its working dir, MLflow store URI and JSON summary. SPACE: a
+    study of spaces/ (its smoke preset), or a space file of one's own."""
 
-    def __init__(self, cwd: Path, space: str, name: str, data_dir: Path, *extra, env=None):
+    def __init__(self, cwd: Path, space: str | Path, name: str, data_dir: Path, *extra, env=None):
         self.cwd, self.name, self.data_dir = cwd, name, data_dir
         self.tracking_uri = f"sqlite:///{cwd / 'results' / 'mlflow.db'}"
+        where = (
+            [space]
+            if isinstance(space, Path)
+            else [ROOT / "spaces" / f"{space}.yaml", "--preset", "smoke"]
+        )
         proc = rhnsearch_cli(
             "sweep",
             "run",
-            ROOT / "spaces" / f"{space}.yaml",
-            "--preset",
-            "smoke",
+            *where,
             "--data-dir",
             data_dir,
             "--name",
@@ -248,7 +252,7 @@ class SmokeSweep:
         )
         self.stderr = proc.stderr
         self.summary = json_summary(proc)
-        self.experiment = space
+        self.experiment = Path(space).stem
 
     def client(self):
         from mlflow.tracking import MlflowClient
@@ -335,33 +339,44 @@ def own_cell_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def jsb_diverging(sweeps_dir, data_dir, own_cell_dir) -> SmokeSweep:
-    """A small JSB sweep with learning rates up to 200 and loose clipping: settings diverge,
-    which the swarm plot and the report must show (its own experiment, in the session's
-    store). Beside RHN and DT-RNN it trains a cell of one's own (OWN_CELL), from a folder on
-    the driver's PYTHONPATH that Ray ships to its workers."""
+    """A lab's own study, from a space file outside the project that names no report kind
+    (so `cells`): on JSB, learning rates up to 200 and loose clipping, so that settings
+    diverge, which the swarm plot and the report must show; beside RHN and DT-RNN a cell of
+    one's own (OWN_CELL), from a folder on the driver's PYTHONPATH that Ray ships to its
+    workers. Its own experiment, jsb_diverging, in the session's store."""
+    space = own_cell_dir / "lab_study.yaml"
+    space.write_text(LAB_STUDY)
     sweep = SmokeSweep(
         sweeps_dir,
-        "jsb_optimization",
+        space,
         "smoke-jsb-diverging",
         data_dir,
         "--experiment",
         "jsb_diverging",
-        "--set",
-        f"archs=[rhn, dtrnn, '{OWN_CELL}']",
-        "--set",
-        "depths=[1, 6]",
-        "--set",
-        "params.lr={loguniform: [0.05, 200]}",
-        "--set",
-        "params.clip={loguniform: [1000, 10000]}",
-        "--set",
-        "samples=3",
-        "--set",
-        "fixed.epochs=3",
         env={"PYTHONPATH": str(own_cell_dir)},
     )
     sweep.experiment = "jsb_diverging"
     return sweep
+
+
+LAB_STUDY = f"""# A study of one's own: our cell beside RHN and DT-RNN on JSB, at equal budgets.
+description: our MinimalRNN beside RHN and DT-RNN, with settings that diverge
+dataset: jsb
+archs: [rhn, dtrnn, "{OWN_CELL}"]
+depths: [1, 6]
+budget: {{1: 6k, 6: 16k}}
+samples: 3
+fixed: {{epochs: 3, batch_size: 32, optimizer: sgd}}
+params:
+  lr: {{loguniform: [0.05, 200]}}
+  momentum: {{uniform: [0.0, 0.95]}}
+  init_scale: {{loguniform: [0.01, 0.3]}}
+  t_bias: {{uniform: [-5.0, -1.0]}}
+  clip: {{loguniform: [1000, 10000]}}
+  seed: {{randint: [0, 1000000]}}
+scheduler: {{name: cell_asha, grace_period: 1, reduction_factor: 3}}
+resources: {{cpu: 1, gpu: 0}}
+"""
 
 
 @pytest.fixture(scope="session")
