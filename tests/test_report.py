@@ -407,6 +407,34 @@ def test_parallel_coordinates_draw_every_trial_on_scaled_axes(jsb_diverging):
     assert finished_lines.get_segments()[-1][-1, 1] == 0
 
 
+def test_a_cell_and_a_study_of_ones_own_are_trained_and_reported(jsb_diverging, pages):
+    """The diverging sweep ran a space file outside the project (a study the code does not
+    know) and trained OWN_CELL (a file outside the project) beside RHN and DT-RNN: 3 settings
+    at each depth, each sized for its depth's budget by counting its parameters. Its report
+    (kind `cells`) has the swarm and the table, which name the cell by its class."""
+    from rhnsearch.budget import count_params
+
+    runs = jsb_diverging.child_runs()
+    own = [r for r in runs if r.data.params["arch"] == OWN_CELL]
+    assert sorted(int(r.data.params["depth"]) for r in own) == [1, 1, 1, 6, 6, 6]
+    for run in own:
+        p = run.data.params
+        assert int(p["n_params"]) == count_params("jsb", OWN_CELL, int(p["depth"]), int(p["width"]))
+        budget = {"1": 6000, "6": 16000}[p["depth"]]  # the space's budgets
+        assert abs(int(p["n_params"]) - budget) < 0.05 * budget
+    assert {r.data.tags["status"] for r in own} <= {"completed", "stopped", "diverged"}
+    page = Page(pages["jsb_diverging"].read_text())
+    facts = {r["field"]: r["value"] for r in page.table_rows("header-facts")}
+    assert facts["study"] == "lab_study"
+    assert page.images.get("figure") and "finding-table" not in page.tables
+    assert {r["arch"] for r in page.table_rows("study-table")} == {
+        "RHN",
+        "DT-RNN",
+        "MinimalRNNCell",
+    }
+    assert "MinimalRNNCell" in html.unescape(pages["jsb_diverging"].read_text())
+
+
 def test_report_errors_are_one_line_and_nothing_is_overwritten(jsb_smoke, tmp_path):
     one_line_error(
         results(
