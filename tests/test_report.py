@@ -20,7 +20,7 @@ import optuna
 import pytest
 from PIL import Image
 
-from conftest import ROOT, SmokeSweep, rhnsearch_cli, rhnsearch_main
+from conftest import OWN_CELL, ROOT, SmokeSweep, rhnsearch_cli, rhnsearch_main
 
 ARTIFACTS = Path(os.environ.get("RHNSEARCH_TEST_ARTIFACTS", ROOT / "results" / "test-artifacts"))
 
