@@ -314,7 +314,7 @@ def test_ui_port_in_use_is_one_line(tmp_path):
 
 READERS = {  # the commands that only read a store (their output aside)
     "results export": ["results", "export", "--experiment", "jsb_optimization", "--out", "t.csv"],
-    "results plot": ["results", "plot", "swarm", "--experiment", "jsb_optimization", "--out", "s.png"],
+    "results plot": ["results", "plot", "swarm", "--experiment", "jsb", "--out", "s.png"],
     "results table": ["results", "table", "--study", "jsb_optimization"],
     "results report": ["results", "report", "--experiment", "jsb_optimization", "--out", "r.html"],
     "analyze": ["analyze", "gates", "0123456789abcdef"],

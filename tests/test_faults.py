@@ -857,6 +857,7 @@ def test_a_silent_tracking_server_does_not_stall_the_sweep(mlflow_srv, tmp_path,
         assert steps == list(range(1, int(run.data.metrics["epoch"]) + 1)), steps
 
 
+@pytest.mark.slow
 def test_trials_on_fake_gpus_are_placed_spent_and_refused_without_cuda(tmp_path, data_dir, cluster):
     """A node started with `--num-gpus 2` on this CPU-only machine: trials asking for 0.25 GPU
     share them four to a GPU (at most 8 at once), and each run records the GPU Ray gave it and

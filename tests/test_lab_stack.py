@@ -8,12 +8,14 @@ fresh directory; and the password is nowhere the sweep wrote."""
 import json
 import secrets
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from conftest import JSB_SPACE, json_summary, rhnsearch_cli, rhnsearch_main
 from lab_services import mlflow_server, postgres_database
 
 
+@pytest.mark.slow
 def test_sweep_through_a_postgresql_server_with_a_login_and_a_bucket(
     s3_server, tmp_path, data_dir, monkeypatch
 ):

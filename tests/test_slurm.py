@@ -177,7 +177,7 @@ def test_a_sweep_requeued_then_timed_out_twice_goes_on_to_its_end(slurm, tmp_pat
     warning signal stops the sweep (Tune's state saved, trials stopped) and the job requeues
     itself, again and again. The sweep finishes on the same parent run, every trial's history
     complete and without duplicates; a trial that had a checkpoint went on from it."""
-    epochs = 24
+    epochs = 48
     job_id = submit(
         slurm,
         tmp_path,
@@ -190,9 +190,9 @@ def test_a_sweep_requeued_then_timed_out_twice_goes_on_to_its_end(slurm, tmp_pat
         "--set",
         f"fixed.epochs={epochs}",
         "--time",
-        "2",
+        "3",
         "--signal-seconds",
-        "90",
+        "120",
         env={"TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "0", "TUNE_GLOBAL_CHECKPOINT_S": "0"},
     )
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -208,14 +208,7 @@ def test_a_sweep_requeued_then_timed_out_twice_goes_on_to_its_end(slurm, tmp_pat
             return 0
         return sum(int(r.data.metrics.get("epoch", 0)) for r in runs)
 
-    deadline = time.monotonic() + 300
-    while epochs_in_mlflow() < 2:
-        assert time.monotonic() < deadline, slurm.job(job_id)
-        time.sleep(1)
-    before = epochs_in_mlflow()
-    slurm.scontrol("requeue", job_id)
-    timeline.append((f"requeued by the test at {before} trial-epochs", time.time()))
-    restarts = 0
+    requeued, restarts = False, 0
     deadline = time.monotonic() + 900
     while True:
         fields = slurm.job(job_id)
@@ -225,10 +218,16 @@ def test_a_sweep_requeued_then_timed_out_twice_goes_on_to_its_end(slurm, tmp_pat
             restarts = int(fields["Restarts"])
             timeline.append((f"pending after restart {restarts}; released", time.time()))
             slurm.release(job_id)
+        if not requeued and fields["JobState"] == "RUNNING" and epochs_in_mlflow() >= 2:
+            before = epochs_in_mlflow()
+            slurm.scontrol("requeue", job_id)
+            requeued = True
+            timeline.append((f"requeued by the test at {before} trial-epochs", time.time()))
         assert time.monotonic() < deadline, fields
         time.sleep(1)
     output = (job_dir / f"slurm-{job_id}.out").read_text()
     assert fields["JobState"] == "COMPLETED" and fields["ExitCode"] == "0:0", output[-4000:]
+    assert requeued, output[-4000:]
     runs_of_the_job = re.findall(r"job \d+ \(restart (\d+)\)", output)
     assert runs_of_the_job == [str(n) for n in range(len(runs_of_the_job))]
     assert len(runs_of_the_job) >= 3, output[-4000:]  # a requeue and a time limit at least

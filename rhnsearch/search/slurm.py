@@ -208,16 +208,26 @@ def ray_start(join: str | None, address: str, base: int, temp_dir: str, env: dic
     return base
 
 
-def stop_ray(temp_dir: str):
-    """Stop this node's Ray of the job alone (its processes name TEMP_DIR): `ray stop` would
-    stop every Ray of the machine, other jobs' too."""
+def stop_ray(temp_dir: str, token: Path):
+    """Stop this node's Ray of the job alone, the processes that name its TEMP_DIR or read
+    the job's TOKEN (Ray renames some, e.g. ray::DashboardAgent): `ray stop` would stop every
+    Ray of the machine, other jobs' too."""
     import psutil
 
-    mine = [
-        p
-        for p in psutil.process_iter(["cmdline"])
-        if any(temp_dir in arg for arg in p.info["cmdline"] or [])
-    ]
+    me = psutil.Process()
+    spared = {me.pid, *(p.pid for p in me.parents())}
+
+    def ours(process: psutil.Process) -> bool:
+        if process.pid in spared:
+            return False
+        if any(temp_dir in arg for arg in process.info["cmdline"] or []):
+            return True
+        try:
+            return process.environ().get("RAY_AUTH_TOKEN_PATH") == str(token)
+        except psutil.Error:  # gone, or another user's
+            return False
+
+    mine = [p for p in psutil.process_iter(["cmdline"]) if ours(p)]
     for process in mine:
         try:
             process.terminate()
@@ -241,9 +251,14 @@ class Job:
         return self.job_dir / f".job-{self.id}"
 
     @property
+    def token(self) -> Path:
+        """Ray's token for the job's cluster, in its private directory."""
+        return self.private / "token"
+
+    @property
     def env(self) -> dict:
         """What every Ray process of the job reads: token auth, the token's file."""
-        return {AUTH: "token", "RAY_AUTH_TOKEN_PATH": str(self.private / "token")}
+        return {AUTH: "token", "RAY_AUTH_TOKEN_PATH": str(self.token)}
 
     def temp_dir(self, role: str) -> str:
         return f"/tmp/rhn-{self.id}-{role}"  # short: Ray's socket paths must fit 107 bytes
@@ -267,7 +282,7 @@ def run_job(job_dir: str, sweep_args: list[str]) -> int:
         for path in job.private.iterdir():
             path.unlink()
     job.private.mkdir(mode=0o700, exist_ok=True)
-    token = job.private / "token"
+    token = job.token
     token.touch(mode=0o600)
     token.write_text(secrets.token_hex(32))
     stopping = []
@@ -309,7 +324,7 @@ def run_job(job_dir: str, sweep_args: list[str]) -> int:
         if workers is not None and workers.poll() is None:
             os.killpg(workers.pid, signal.SIGTERM)  # srun passes it on to each node's task
             workers.wait(timeout=60)
-        stop_ray(job.temp_dir("head"))
+        stop_ray(job.temp_dir("head"), job.token)
         for path in job.private.iterdir():
             path.unlink()
         job.private.rmdir()
@@ -391,7 +406,7 @@ def run_node(job_dir: str) -> int:
         while not stop:
             time.sleep(1)
     finally:
-        stop_ray(temp_dir)
+        stop_ray(temp_dir, job.token)
     return 0
 
 
