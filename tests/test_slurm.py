@@ -177,7 +177,7 @@ def test_a_sweep_requeued_then_timed_out_twice_goes_on_to_its_end(slurm, tmp_pat
     warning signal stops the sweep (Tune's state saved, trials stopped) and the job requeues
     itself, again and again. The sweep finishes on the same parent run, every trial's history
     complete and without duplicates; a trial that had a checkpoint went on from it."""
-    epochs = 48
+    epochs = 200  # 400 trial-epochs, about 70 s: longer than a run of the job
     job_id = submit(
         slurm,
         tmp_path,
