@@ -384,7 +384,8 @@ def test_plot_errors_are_one_line(jsb_smoke, tmp_path):
 def test_ptb_budget_table_puts_measured_next_to_published(ptb_budget_smoke, tmp_path):
     text = results(ptb_budget_smoke, "table", "--study", "ptb_budget").stdout
     table = md_table(text)
-    assert list(table.columns[:9]) == [
+    assert list(table.columns[:10]) == [
+        "arch",
         "depth",
         "units",
         "units (paper)",
@@ -403,7 +404,7 @@ def test_ptb_budget_table_puts_measured_next_to_published(ptb_budget_smoke, tmp_
     } <= set(table.columns)
     assert "over 20 streams" in text and "larger weight decay" in text  # smoke: final_streams
     rows = table.set_index("depth")
-    assert list(rows.index) == [str(d) for d in range(1, 11)]
+    assert list(rows.index) == [str(d) for d in range(1, 11)] and set(table["arch"]) == {"RHN"}
     assert (
         rows.loc["1", "units (paper)"] == "1275" and rows.loc["10", "test WT (PTB, paper)"] == "66"
     )
@@ -557,9 +558,12 @@ def test_the_depth_finding_gaps_each_depth_to_the_shallowest_by_hand():
     from rhnsearch.results import tables
 
     rows = [(1, 5.0), (1, 7.0), (4, 1.0), (4, 3.0), (8, 6.0)]
+    lstm = {"params.arch": "lstm", "params.tied": True, "params.depth": 1, "status": "completed"}
     trials = pd.DataFrame(
-        [
+        [{**lstm, "metrics.best_valid_loss": 0.5}]  # a baseline: not the shallowest RHN
+        + [
             {
+                "params.arch": "rhn",
                 "params.tied": True,
                 "params.depth": d,
                 "status": "completed",
@@ -569,6 +573,7 @@ def test_the_depth_finding_gaps_each_depth_to_the_shallowest_by_hand():
         ]
         + [
             {
+                "params.arch": "rhn",
                 "params.tied": True,
                 "params.depth": 8,
                 "status": "diverged",
@@ -586,6 +591,41 @@ def test_the_depth_finding_gaps_each_depth_to_the_shallowest_by_hand():
     assert finding.at[8, "gap to depth 1 (nats)"] == 1.0
     assert finding.at[8, "gap: 95% interval"].startswith("–")  # one trial: no interval
     assert finding.at[1, "gap: 95% interval"] == "–"
+
+
+def test_the_budget_table_puts_the_baseline_beside_rhn():
+    """RHN's rows per depth next to the published ones, then the LSTM's row at its depth,
+    each its best trial's one-stream perplexities and the interval over its trials."""
+    from rhnsearch.results import tables
+
+    def trial(arch, depth, best, full, test):
+        return {"params.arch": arch, "params.depth": depth, "params.tied": True,
+                "params.width": 100, "params.n_params": 1000, "params.dataset": "ptb-sample",
+                "status": "completed", "stopped_at_epoch": None,
+                "metrics.best_valid_loss": best, "metrics.full_valid_loss": full,
+                "metrics.test_loss": test}  # fmt: skip
+
+    trials = pd.DataFrame(
+        [
+            trial("rhn", 1, 5.0, 5.1, 5.2),
+            trial("rhn", 2, 4.0, 4.1, 4.2),
+            trial("rhn", 2, 4.5, 4.6, 4.7),
+            trial("lstm", 1, 4.8, 4.9, 5.0),
+            trial("lstm", 1, 6.0, 6.1, 6.2),
+        ]  # fmt: skip
+    ).astype({"params.depth": "Int64"})
+    table = tables.ptb_budget(trials)
+    rhn, lstm = table[table["arch"] == "RHN"], table[table["arch"] == "LSTM"]
+    assert list(rhn["depth"]) == list(range(1, 11))  # and the published depths
+    assert list(lstm["depth"]) == [1] and table.index[-1] == lstm.index[0]
+    assert lstm["valid WT (ptb-sample)"].item() == pytest.approx(math.exp(4.9))
+    assert lstm["test WT (ptb-sample)"].item() == pytest.approx(math.exp(5.0))
+    assert lstm["batched valid WT: 95% interval"].item() == tables.uncertainty.shown(
+        tuple(np.exp(tables.uncertainty.best_interval([4.8, 6.0])))
+    )
+    assert lstm["valid WT (PTB, paper)"].isna().all()  # no published number of its own
+    best_rhn = rhn.set_index("depth").loc[2]
+    assert best_rhn["valid WT (ptb-sample)"] == pytest.approx(math.exp(4.1))
 
 
 def noise_study(rng, shift: float) -> pd.DataFrame:

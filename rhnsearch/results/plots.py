@@ -20,7 +20,7 @@ from ..errors import UserError, first_line
 from . import arch_label, arch_order, store
 from .export import atomic, check_out
 from .studies import Groups, kind_of
-from .tables import best_per_cell, finished, sweep_dataset
+from .tables import best_per_cell, finished, swept_in_depth, sweep_dataset
 
 log = logging.getLogger("rhnsearch")
 PLOT_OUT = (".png", ".svg")
@@ -159,6 +159,8 @@ def depth_curves(sweep: pd.Series, trials: pd.DataFrame, groups: Groups) -> Figu
     larger weight decay than the paper states; the star its depth-10 WT number at the reduced
     decay), or the HSG paper's Table 1 with and without HSG. Log scale: the presets differ by
     orders."""
+    if groups.key != "params.arch":  # one arch's curve per group: the arch swept in depth
+        trials = swept_in_depth(trials)
     cells = best_per_cell(trials, groups.key)
     pub, star = groups.published, groups.star
     ds = sweep_dataset(trials)

@@ -54,17 +54,36 @@ def sweep_dataset(trials: pd.DataFrame) -> str:
     return dataset_label(", ".join(sorted(trials["params.dataset"].unique())))
 
 
+def swept_in_depth(trials: pd.DataFrame) -> pd.DataFrame:
+    """The trials of the arch a depth study sweeps over the most depths (RHN): a baseline
+    beside it (the LSTM at depth 1, at the same budget) is not a point of its depth curve."""
+    depths = trials.groupby("params.arch")["params.depth"].nunique()
+    return trials[trials["params.arch"] == depths.idxmax()]
+
+
 def ptb_budget(trials: pd.DataFrame) -> pd.DataFrame:
     """The authors' README table: depth, units, params, best valid and test perplexity,
-    untied and WT, each measured column followed by the published one."""
+    untied and WT, each measured column followed by the published one; then a row per depth
+    of each baseline arch of the sweep (the LSTM), as the paper's Table 1 puts RHN beside
+    its "directly comparable baseline"."""
+    swept = swept_in_depth(trials)
+    rows = [budget_rows(swept, published.PTB_BUDGET)]
+    for _, baseline in trials.drop(swept.index).groupby("params.arch"):
+        rows.append(budget_rows(baseline, published.PTB_BUDGET.iloc[:0]))
+    return pd.concat(rows, ignore_index=True)
+
+
+def budget_rows(trials: pd.DataFrame, pub: pd.DataFrame) -> pd.DataFrame:
+    """`ptb_budget`'s rows of one arch, beside the published numbers PUB (none: no column
+    filled)."""
     ds, paper = sweep_dataset(trials), "PTB, paper"
     cells = best_per_cell(trials, "params.tied")
     untied = cells[~cells["key"].astype(bool)].set_index("depth")
     tied = cells[cells["key"].astype(bool)].set_index("depth")
-    pub = published.PTB_BUDGET
     depths = sorted(set(untied.index) | set(tied.index) | set(pub.index))
     untied, tied, pub = (t.reindex(depths) for t in (untied, tied, pub))
     return pd.DataFrame({
+        "arch": arch_label(trials["params.arch"].iloc[0]),
         "depth": depths,
         "units": untied["width"].fillna(tied["width"]).astype("Int64"),
         "units (paper)": pub["units"].astype("Int64"),
@@ -158,6 +177,7 @@ def depth_finding(trials: pd.DataFrame) -> pd.DataFrame:
     perplexity and the gap of its best best_valid_loss (nats per word) to the shallowest
     depth's (negative: deeper is better), with the gap's 95% bootstrap interval over both
     cells' trials and whether it excludes 0 (`uncertainty`)."""
+    trials = swept_in_depth(trials)
     ok = trials[finished(trials, "best_valid_loss")]
     cell = dict(list(ok.groupby(["params.tied", "params.depth"])["metrics.best_valid_loss"]))
     shallow = min(trials["params.depth"])
