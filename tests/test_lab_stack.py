@@ -15,6 +15,7 @@ from conftest import JSB_SPACE, json_summary, rhnsearch_cli, rhnsearch_main
 from lab_services import mlflow_server, postgres_database
 
 
+@pytest.mark.cluster
 @pytest.mark.slow
 def test_sweep_through_a_postgresql_server_with_a_login_and_a_bucket(
     s3_server, tmp_path, data_dir, monkeypatch

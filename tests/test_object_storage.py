@@ -19,6 +19,7 @@ def trial_epochs(uri: str) -> int:
     return sum(int(run.data.metrics["epoch"]) for run in child_runs(uri))
 
 
+@pytest.mark.cluster
 @pytest.mark.slow
 def test_a_sweep_on_a_bucket_keeps_everything_there_in_few_requests(s3_server, tmp_path, data_dir):
     """The smoke sweep's RHN cells on a bucket: Tune's state, one checkpoint per trial, the

@@ -252,6 +252,7 @@ def test_driver_killed_then_resume_finishes_without_rerunning(tmp_path, data_dir
     assert parent_after.info.status == "FINISHED" and "resumed" in parent_after.data.tags
 
 
+@pytest.mark.slow
 @pytest.mark.services
 def test_submit_to_a_two_node_cluster_behind_a_login(tmp_path, data_dir, cluster):
     """A sweep submitted as a Ray Job to a two-node cluster, logging to an MLflow server behind
