@@ -403,6 +403,7 @@ def test_submit_to_a_two_node_cluster_behind_a_login(tmp_path, data_dir, cluster
                 )
                 assert "refused this client's token" in denied.stderr, denied.stderr
                 assert not (storage / case).exists()
+                print(f"{case}, sweep {args[0]}: {denied.stderr.strip()}")  # for the record
         os.environ.update(login)  # this process reads the server too
         try:
             client = MlflowClient(uri)
