@@ -1,0 +1,27 @@
+"""The committed example of the JSB `paper` preset (results/examples/jsb_paper/) is what the
+code makes of the trials it ships: its table and its measured finding, made again here from
+its trials.parquet (the sweep's `results export`)."""
+
+import pandas as pd
+
+from conftest import ROOT
+
+EXAMPLE = ROOT / "results" / "examples" / "jsb_paper"
+
+
+def table_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("|")]
+
+
+def test_the_jsb_paper_example_is_what_its_trials_make():
+    from rhnsearch.results.export import markdown
+    from rhnsearch.results.studies import KINDS
+
+    trials = pd.read_parquet(EXAMPLE / "trials.parquet")
+    kind = KINDS["optimization"]
+    assert len(trials) == 480 and set(trials["params.preset"]) == {"paper"}
+    table = kind.table(trials, "best_valid_loss")
+    assert table["settings"].astype(int).tolist() == [40] * 12
+    assert table_lines(markdown(table)) == table_lines((EXAMPLE / "table.md").read_text())
+    finding = markdown(kind.measured(trials))
+    assert table_lines(finding) == table_lines((EXAMPLE / "finding.md").read_text())
