@@ -4,6 +4,9 @@ the space asks for checked against it before anything is recorded."""
 import logging
 import os
 import socket
+import sys
+import tempfile
+from contextlib import contextmanager
 from urllib.parse import urlparse
 
 import ray
@@ -53,14 +56,17 @@ def start_ray(address: str | None, modules: list[str] = ()):
     runtime_env = runtime_env or None
     if address:
         check_address(address)
-        try:
-            ray.init(address=address, logging_level=logging.WARNING, runtime_env=runtime_env)
-        except AuthenticationError:
-            raise UserError(refused_token(address)) from None
-        except (ConnectionError, RuntimeError) as exc:
-            raise UserError(
-                f"could not join the Ray cluster at {address}: {first_line(exc)}"
-            ) from None
+        with held_stderr() as held:
+            try:
+                ray.init(address=address, logging_level=logging.WARNING, runtime_env=runtime_env)
+            except AuthenticationError:
+                raise UserError(refused_token(address)) from None
+            except (ConnectionError, RuntimeError) as exc:
+                if "Unauthenticated" in held():  # Ray's C++ client saw the refusal
+                    raise UserError(refused_token(address)) from None
+                raise UserError(
+                    f"could not join the Ray cluster at {address}: {first_line(exc)}"
+                ) from None
     else:
         ray.init(
             include_dashboard=False,
@@ -68,6 +74,32 @@ def start_ray(address: str | None, modules: list[str] = ()):
             runtime_env=runtime_env,
             _node_ip_address="127.0.0.1",
         )  # a local Ray stays on loopback
+
+
+@contextmanager
+def held_stderr():
+    """Hold what is written to this process's stderr (fd 2) meanwhile: Ray's C++ client logs
+    its retries there, past Python's logging. Yields a function that reads it; it is written
+    out at the end unless an error (said in one line instead) ends the block."""
+    sys.stderr.flush()
+    saved, file = os.dup(2), tempfile.TemporaryFile()
+    os.dup2(file.fileno(), 2)
+
+    def held() -> str:
+        file.seek(0)
+        return file.read().decode(errors="replace")
+
+    ended = False
+    try:
+        yield held
+        ended = True
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        if ended:
+            sys.stderr.write(held())
+        file.close()
 
 
 def refused_token(address: str) -> str:
