@@ -7,6 +7,7 @@ The Python API, for notebooks and scripts (the `rhnsearch` command line is built
     TrialConfig(...), Trainer(config, data)       train one configuration
     load_space(path, preset, overrides)           a validated search space
     run_sweep(path, preset, ...), resume_sweep(name)   a sweep on Ray Tune, recorded in MLflow
+    extend_sweep(name, samples, seeds)            more settings or seeds for a finished sweep
     load_trials(experiment, tracking_uri, sweep)  a study's trials from MLflow, as a DataFrame
 
 Names are imported on first use, so `import rhnsearch` stays light.
@@ -24,6 +25,7 @@ _API = {
     "load_space": "rhnsearch.search.space",
     "run_sweep": "rhnsearch.search.sweep",
     "resume_sweep": "rhnsearch.search.sweep",
+    "extend_sweep": "rhnsearch.search.sweep",
     "load_trials": "rhnsearch.results.store",
 }
 

@@ -282,7 +282,8 @@ def test_runs_are_deleted_only_on_the_strength_of_a_state_read(state, tmp_path, 
         "unreadable": ("experiment_state-2026-11-25_06-00-00.json", '{"trial_data": [['),
     }[state]
     (folder / name).write_text(text)
-    drop_lost_runs(client, {"experiment_id": experiment, "parent_run_id": parent}, str(folder))
+    sweep = {"experiment_id": experiment, "parent_run_id": parent, "storage": str(tmp_path)}
+    drop_lost_runs(client, {**sweep, "name": "sweep", "space": {"samples": 1, "seeds": 1}})
     kept = {
         r.data.tags["trial_id"] for r in client.search_runs([experiment], "tags.kind = 'trial'")
     }

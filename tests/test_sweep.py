@@ -17,7 +17,7 @@ from ray.tune.experiment import Trial
 
 from rhnsearch.search import jobs
 from rhnsearch.search.scheduler import CellASHAScheduler
-from rhnsearch.search.searchers import load_study
+from rhnsearch.search.searchers import load_study, study_names
 
 import lab_services
 from conftest import (
@@ -38,7 +38,6 @@ PARAMS = {
     "lr",
     "momentum",
     "init_scale",
-    "t_bias",
     "clip",
     "seed",
     "preset",
@@ -57,6 +56,9 @@ def check_child_runs(client: MlflowClient, runs, expected: int):
         tags, params = run.data.tags, run.data.params
         assert tags["status"] in STATUSES, tags
         assert PARAMS <= set(params), PARAMS - set(params)
+        # a setting the arch does not read is neither sampled nor logged
+        assert ("t_bias" in params) == (params["arch"] in ("rhn", "hsg")), params["arch"]
+        assert ("hsg_bias" in params) == (params["arch"] == "hsg"), params["arch"]
         assert params["preset"] == "smoke" and params["dataset"] == "jsb"
         history = client.get_metric_history(run.info.run_id, "valid_loss")
         steps = sorted(m.step for m in history)
@@ -161,7 +163,7 @@ def test_same_space_and_seed_gives_the_same_trials(jsb_smoke, tmp_path, data_dir
     replay = CellASHAScheduler(max_t=4, grace_period=1, reduction_factor=3)  # rungs 1, 3
     assert replay.set_search_properties("valid_loss", "min")
     expected = {}
-    for run in sorted(rerun.values(), key=lambda r: r.data.tags["trial_id"]):  # Tune's order
+    for run in sorted(rerun.values(), key=lambda r: r.info.start_time):  # one at a time
         p = run.data.params
         trial = Trial(
             "run_trial",
@@ -559,12 +561,34 @@ def test_every_command_has_help():
         assert "usage: rhnsearch" in proc.stdout
 
 
-def test_optuna_sweep_resumed_continues_its_study(tmp_path, data_dir, sweeps):
-    """An Optuna sweep keeps its TPE study in its storage: killed after some trials and
-    resumed, the study holds every trial of both halves (the first half's with the values
-    they had), and every cell got its trials. (The study records a trial at once, Tune saves
-    its state on its own period: a trial that ended after Tune's last save is in the study,
-    and the resumed sweep, which does not know it, trains its setting again as a new trial.)"""
+def max_at_once(runs) -> int:
+    """The most of RUNS that were running at one moment (their MLflow start and end times)."""
+    events = sorted([(r.info.start_time, 1) for r in runs] + [(r.info.end_time, -1) for r in runs])
+    running = most = 0
+    for _, step in events:
+        running += step
+        most = max(most, running)
+    return most
+
+
+def finished_trials(experiment: Path) -> dict[str, list]:
+    """Each Optuna study of the sweep at EXPERIMENT: its finished trials."""
+    return {
+        name: [t for t in load_study(str(experiment), name).trials if t.state.is_finished()]
+        for name in study_names(str(experiment))
+    }
+
+
+def test_optuna_sweep_has_a_study_per_cell_resumed_and_extended(tmp_path, data_dir, sweeps):
+    """`--search optuna` gives each (arch, depth) cell its own study in the sweep's journal,
+    SWEEP/CELL; a setting the cell's arch does not read is not sampled (no t_bias for
+    DT-RNN); trials run as many at once as the slots allow (here 4: half a CPU each on 2).
+    Killed after some trials and resumed, every study holds the trials of both halves (the
+    first half's with the values they had). `sweep extend --samples 4` then adds a setting to
+    every cell's study, under the same parent run, none run twice. (A study records a trial
+    at once, Tune saves its state on its own period: a trial that ended after Tune's last
+    save is in its study, and the resumed sweep, which does not know it, asks its study for a
+    setting again.)"""
     sweep = sweeps(
         tmp_path,
         "tpe",
@@ -581,42 +605,57 @@ def test_optuna_sweep_resumed_continues_its_study(tmp_path, data_dir, sweeps):
         "scheduler.name=fifo",
         "--set",
         "fixed.epochs=3",
+        "--set",
+        "resources.cpu=0.5",
     )
     experiment = tmp_path / "results" / "sweeps" / "tpe"
     uri = f"sqlite:///{tmp_path / 'results/mlflow.db'}"
 
     def some_trials_finished():
         try:
-            study = load_study(str(experiment), "tpe")
-        except Exception:  # noqa: BLE001 - not created yet
+            return sum(map(len, finished_trials(experiment).values())) >= 4
+        except Exception:  # noqa: BLE001 - no journal yet
             return False
-        return len([t for t in study.trials if t.state.is_finished()]) >= 4
 
-    wait_until(some_trials_finished, "4 trials of the study finished")
+    wait_until(some_trials_finished, "4 trials of the studies finished")
     sweep.stop()
-    before = {
-        t.number: t for t in load_study(str(experiment), "tpe").trials if t.state.is_finished()
-    }
-    assert len(before) < 12, "every trial had finished before the kill"
+    before = finished_trials(experiment)
+    assert sum(map(len, before.values())) < 12, "every trial had finished before the kill"
     proc = rhnsearch_cli("sweep", "resume", "tpe", "--json", cwd=tmp_path)
     assert json_summary(proc)["complete"]
-    study = load_study(str(experiment), "tpe")
-    finished = [t for t in study.trials if t.state.is_finished()]
-    assert len(finished) >= 12 and {t.state.name for t in finished} == {"COMPLETE"}
-    for number, trial in before.items():
-        assert study.trials[number].params == trial.params
-        assert study.trials[number].value == trial.value
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("jsb_optimization")
     runs = client.search_runs([exp.experiment_id], "tags.kind = 'trial'")
     check_child_runs(client, runs, 12)
-    cells = [(r.data.params["arch"], r.data.params["depth"]) for r in runs]
-    assert sorted(set(cells)) == [("dtrnn", "1"), ("dtrnn", "2"), ("rhn", "1"), ("rhn", "2")]
-    assert all(cells.count(c) == 3 for c in set(cells))
-    logged = {round(float(r.data.params["lr"]), 9) for r in runs}
-    assert logged <= {round(t.params["lr"], 9) for t in finished}
+    cells = {r.data.params["cell"] for r in runs}
+    assert sorted(study_names(str(experiment))) == sorted(f"tpe/{c}" for c in cells)
+    after = finished_trials(experiment)
+    for name, trials in before.items():
+        for trial in trials:
+            assert after[name][trial.number].params == trial.params
+            assert after[name][trial.number].value == trial.value
+    for name, trials in after.items():
+        assert len(trials) >= 3 and {t.state.name for t in trials} == {"COMPLETE"}
+        assert ("t_bias" in trials[0].params) == ("/rhn" in name), name
+    mine = [r for r in runs if r.data.params["cell"] == "rhn d2 w22"]
+    assert {round(float(r.data.params["lr"]), 9) for r in mine} <= {
+        round(t.params["lr"], 9) for t in after["tpe/rhn d2 w22"]
+    }
+
+    proc = rhnsearch_cli("sweep", "extend", "tpe", "--samples", "4", "--json", cwd=tmp_path)
+    assert json_summary(proc)["complete"] and json_summary(proc)["trials"] == 16
+    runs = client.search_runs([exp.experiment_id], "tags.kind = 'trial'")
+    check_child_runs(client, runs, 16)
+    assert all([r.data.params["cell"] for r in runs].count(c) == 4 for c in cells)
+    assert max_at_once(runs) > 2, "no more than two trials ran at once on 4 slots"
+    extended = finished_trials(experiment)
+    for name, trials in extended.items():
+        assert [t.params for t in trials[: len(after[name])]] == [t.params for t in after[name]]
+        assert len(trials) == len(after[name]) + 1
+        assert len({tuple(sorted(t.params.items())) for t in trials}) == len(trials)
     (parent,) = client.search_runs([exp.experiment_id], "tags.kind = 'sweep'")
-    assert parent.data.params["search"] == "optuna"
+    assert parent.data.params["search"] == "optuna" and parent.info.status == "FINISHED"
+    assert parent.data.tags["extended_1"].startswith("3 -> 4 settings a cell")
 
 
 def test_gpu_space_on_a_cpu_only_local_ray_is_one_line(tmp_path, data_dir):

@@ -35,6 +35,12 @@ def add_run_options(p):
     )
     p.add_argument("--search", choices=["random", "optuna"], help="default: the space's")
     p.add_argument(
+        "--sampler",
+        choices=["tpe", "gp", "cmaes"],
+        help="each cell's Optuna sampler with --search optuna (--set sampler=...; default: "
+        "the space's, else tpe)",
+    )
+    p.add_argument(
         "--scheduler",
         choices=["cell_asha", "asha", "fifo"],
         help="cell_asha stops a trial worse than the others of its (arch, depth) "
@@ -78,10 +84,12 @@ def add_run_options(p):
 
 
 def overrides(args) -> list[str]:
-    """The --set overrides, then those of --seeds, --deterministic and --register-model."""
+    """The --set overrides, then those of --seeds, --sampler, --deterministic and
+    --register-model."""
     return (
         args.overrides
         + ([f"seeds={args.seeds}"] if args.seeds is not None else [])
+        + ([f"sampler={args.sampler}"] if args.sampler else [])
         + (["max_concurrent=1"] if args.deterministic else [])
         + ([f"register_model={json.dumps(args.register_model)}"] if args.register_model else [])
     )
@@ -121,6 +129,22 @@ def add_sweep(sub):
     resume.add_argument("--storage-path", help=STORAGE_HELP)
     resume.add_argument("--json", action="store_true", help="print the summary as JSON")
     resume.set_defaults(run=cmd_resume)
+
+    extend = ssub.add_parser(
+        "extend",
+        help="add settings or seeds to every cell of a finished sweep",
+        description="Extend a finished sweep under the same MLflow parent run: more settings "
+        "a cell (the same random stream, or each cell's Optuna study, goes on) or more seeds "
+        "a setting; the old trials are kept as they are, the rungs of early stopping too, and "
+        "the report covers every trial.",
+    )
+    extend.add_argument("name", help="the sweep's name (see results/sweeps/)")
+    extend.add_argument("--samples", type=int, metavar="N", help="settings a cell in all")
+    extend.add_argument("--seeds", type=int, metavar="N", help="seeds a setting in all")
+    extend.add_argument("--address", help="Ray cluster address to join")
+    extend.add_argument("--storage-path", help=STORAGE_HELP)
+    extend.add_argument("--json", action="store_true", help="print the summary as JSON")
+    extend.set_defaults(run=cmd_extend)
 
     check = ssub.add_parser(
         "check",
@@ -345,6 +369,17 @@ def cmd_resume(args):
 
     return sweep_then_report(
         lambda: resume_sweep(args.name, args.address, args.storage_path), args.json
+    )
+
+
+def cmd_extend(args):
+    from ..search.sweep import extend_sweep
+
+    if args.samples is None and args.seeds is None:
+        raise UserError("sweep extend: give --samples N (settings a cell) or --seeds N")
+    return sweep_then_report(
+        lambda: extend_sweep(args.name, args.samples, args.seeds, args.address, args.storage_path),
+        args.json,
     )
 
 

@@ -128,3 +128,11 @@ def check_gpus(gpu: float, local: bool):
         if local:
             raise UserError(message)
         log.warning("%s (unless the cluster autoscales GPU nodes)", message)
+
+
+def trial_slots(cpu: float, gpu: float) -> int:
+    """How many trials of CPU and GPU each the Ray cluster holds at once, as it is now (at
+    least one: an autoscaling cluster grows for the trials waiting)."""
+    total = ray.cluster_resources()
+    held = [int(total.get(kind, 0) // ask) for kind, ask in (("CPU", cpu), ("GPU", gpu)) if ask]
+    return max(1, min(held, default=1))

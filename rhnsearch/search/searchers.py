@@ -1,23 +1,43 @@
-"""How a sweep samples its trials: Tune's random search over every cell, or Optuna's TPE with
-its study kept in the sweep's storage (so that a resumed sweep continues the same study)."""
+"""How a sweep samples its trials: a setting of each (arch, depth) cell in turn, drawn at random
+(Tune's sampling domains) or asked of the cell's own Optuna study (TPE, GP or CMA-ES), so that
+one cell's losses never steer another's search. A hyperparameter the cell's arch does not read
+(t_bias without transform gates) is not sampled for it.
+
+A sweep's trials come in rounds: its first, then one per `sweep extend`, each a set of slots
+(setting k of a cell, run with seed s) that the earlier rounds did not have. Setting k of a
+cell at random is a function of the space's seed, the cell and k alone, so a round drawn later
+goes on with the same stream; the Optuna studies live in the sweep's storage, so a resumed or
+extended sweep goes on with them.
+"""
 
 import json
+import pickle
+import zlib
 
+import numpy as np
 import optuna
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.storages import JournalStorage
 from optuna.storages.journal import BaseJournalBackend, JournalFileBackend
+from optuna.trial import TrialState
 from ray import tune
-from ray.tune.search import BasicVariantGenerator, ConcurrencyLimiter
-from ray.tune.search.optuna import OptunaSearch
+from ray.tune.search import Searcher
 
+from ..models import resolve_arch
 from . import storage
 from .space import Distribution, Space
 
 METRIC, MODE = "valid_loss", "min"
+BEST = "best_valid_loss"  # what a cell's study is told of a trial
 OPTUNA_JOURNAL = "optuna_journal"
+SAMPLERS = {
+    "tpe": lambda seed: optuna.samplers.TPESampler(seed=seed, constant_liar=True),
+    "gp": lambda seed: optuna.samplers.GPSampler(seed=seed),
+    "cmaes": lambda seed: optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False),
+}
 
 
-def tune_sampler(dist: Distribution):
+def tune_domain(dist: Distribution):
     low_high = getattr(dist, dist.kind)
     return {
         "uniform": lambda: tune.uniform(*low_high),
@@ -27,41 +47,126 @@ def tune_sampler(dist: Distribution):
     }[dist.kind]()
 
 
-class OptunaSpace:
-    """Optuna define-by-run space: TPE samples the hyperparameters; the cells (by label) take
-    turns, so every (arch, depth) cell gets the same number of trials. The turn is counted
-    here, not by Optuna's trial numbers: this object is saved with Tune's searcher state, so a
-    resumed sweep goes on from the turn of Tune's saved trials (a trial the killed driver had
-    asked Optuna for, but not yet saved, stays RUNNING in the study, orphaned)."""
-
-    def __init__(self, cells: list[str], params: dict, constants: dict):
-        self.cells, self.params, self.constants, self.count = cells, params, constants, 0
-
-    def __call__(self, trial):
-        for name, dist in self.params.items():
-            low_high = getattr(dist, dist.kind)
-            if dist.kind == "choice":
-                trial.suggest_categorical(name, low_high)
-            elif dist.kind == "randint":
-                trial.suggest_int(name, *low_high)
-            else:
-                trial.suggest_float(name, *low_high, log=dist.kind == "loguniform")
-        cell = self.cells[self.count % len(self.cells)]
-        self.count += 1
-        return {**self.constants, "cell": cell}
+def optuna_distribution(dist: Distribution):
+    low_high = getattr(dist, dist.kind)
+    return {
+        "uniform": lambda: FloatDistribution(*low_high),
+        "loguniform": lambda: FloatDistribution(*low_high, log=True),
+        "randint": lambda: IntDistribution(*low_high),
+        "choice": lambda: CategoricalDistribution(low_high),
+    }[dist.kind]()
 
 
-class StudyAheadOptunaSearch(OptunaSearch):
-    """Tune's OptunaSearch for a study that may be ahead of Tune's saved state: the study
-    records a trial's end at once, Tune saves its experiment every few seconds, so a resumed
-    sweep may train again the last epochs of a trial the study has finished. Those results
-    are not reported to the study again (Optuna refuses them)."""
+def round_slots(samples: int, seeds: int, done: tuple[int, int] = (0, 0)) -> list[tuple]:
+    """The (setting, seed) slots of a cell in a round that brings a sweep to SAMPLES settings
+    run with SEEDS seeds each, where DONE = (settings, seeds) had run before."""
+    return [(k, s) for k in range(samples) for s in range(seeds) if k >= done[0] or s >= done[1]]
 
-    def on_trial_result(self, trial_id: str, result: dict):
-        try:
-            super().on_trial_result(trial_id, result)
-        except optuna.exceptions.UpdateFinishedTrialError:
-            pass
+
+def stream_seed(*parts) -> list[int]:
+    """Seed words for numpy or Optuna from ints and labels (a label by its CRC-32)."""
+    return [p if isinstance(p, int) else zlib.crc32(str(p).encode()) for p in parts]
+
+
+class CellSearcher(Searcher):
+    """Tune searcher: for each setting index, a setting of every cell in turn, each run with
+    its seeds (`fixed.seed` + s where the space sweeps seeds), so that every cell has had as
+    many trials as any other at every moment. Saved with Tune's experiment (its position, and
+    which Optuna trial each Tune trial is), so a resumed round goes on where it stopped."""
+
+    def __init__(self, space: Space, cells: dict, constants: dict, slots: list[tuple]):
+        super().__init__(metric=METRIC, mode=MODE)
+        self.params = {
+            label: {
+                k: d for k, d in space.params.items() if k not in resolve_arch(cell["arch"]).unused
+            }
+            for label, cell in cells.items()
+        }
+        self.seeded = "seed" not in space.params
+        self.space_seed, self.constants = space.seed, constants
+        settings = sorted({k for k, _ in slots})  # (setting, cell, seed) in the order they run
+        self.order = [(k, c, s) for k in settings for c in cells for j, s in slots if j == k]
+        self.next = 0
+
+    def set_search_properties(self, metric, mode, config, **spec) -> bool:
+        return True  # the metric and mode are the sweep's own (METRIC, MODE)
+
+    def suggest(self, trial_id: str):
+        if self.next >= len(self.order):
+            return Searcher.FINISHED
+        k, label, s = self.order[self.next]
+        self.next += 1
+        seed = {"seed": self.constants.get("seed", 0) + s} if self.seeded else {}
+        return {**self.constants, "cell": label, **seed, **self.setting(trial_id, label, k)}
+
+    def setting(self, trial_id: str, label: str, k: int) -> dict:
+        """Setting K of the cell LABEL, at random: a function of the space's seed, the cell
+        and K alone."""
+        rng = np.random.default_rng(stream_seed(self.space_seed, label, k))
+        return {k: tune_domain(d).sample(random_state=rng) for k, d in self.params[label].items()}
+
+    def save(self, checkpoint_path: str):
+        with open(checkpoint_path, "wb") as f:
+            pickle.dump(self.saved(), f)
+
+    def restore(self, checkpoint_path: str):
+        with open(checkpoint_path, "rb") as f:
+            self.__dict__.update(pickle.load(f))
+
+    def saved(self) -> dict:
+        return {"next": self.next}
+
+
+class CellStudies(CellSearcher):
+    """CellSearcher asking each cell's own Optuna study, `SWEEP/CELL` in the sweep's journal,
+    for its settings, and telling it each trial's best valid loss (inf where it diverged).
+    A trial the killed driver had asked for but Tune had not saved stays RUNNING in its
+    study; the resumed round asks for its setting again."""
+
+    def __init__(self, space, cells, constants, slots, sweep: str, experiment: str, sampler: str):
+        super().__init__(space, cells, constants, slots)
+        self.sweep, self.experiment, self.sampler = sweep, experiment, sampler
+        self.asked: dict[str, tuple[str, int]] = {}  # Tune trial id -> (cell, Optuna number)
+        self.studies: dict[str, optuna.Study] = {}
+
+    def __getstate__(self):
+        return {**self.__dict__, "studies": {}}
+
+    def study(self, label: str) -> optuna.Study:
+        if label not in self.studies:
+            study = optuna.create_study(
+                study_name=study_name(self.sweep, label),
+                storage=optuna_storage(self.experiment),
+                direction="minimize",
+                load_if_exists=True,
+            )
+            # seeded by the trials it has: one seeded alike by each driver of a resumed or
+            # extended sweep would draw its first settings again
+            seed = np.random.SeedSequence(stream_seed(self.space_seed, label, len(study.trials)))
+            study.sampler = SAMPLERS[self.sampler](int(seed.generate_state(1)[0]))
+            self.studies[label] = study
+        return self.studies[label]
+
+    def setting(self, trial_id, label, k):
+        trial = self.study(label).ask(
+            {name: optuna_distribution(d) for name, d in self.params[label].items()}
+        )
+        self.asked[trial_id] = (label, trial.number)
+        return dict(trial.params)
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
+        if trial_id not in self.asked:
+            return
+        label, number = self.asked.pop(trial_id)
+        result = result or {}
+        loss = float("inf") if result.get("status") == "diverged" else result.get(BEST)
+        if error or loss is None or loss != loss:
+            self.study(label).tell(number, state=TrialState.FAIL, skip_if_finished=True)
+        else:
+            self.study(label).tell(number, loss, skip_if_finished=True)
+
+    def saved(self) -> dict:
+        return {"next": self.next, "asked": self.asked}
 
 
 class ObjectJournal(BaseJournalBackend):
@@ -87,7 +192,7 @@ class ObjectJournal(BaseJournalBackend):
 
 
 def optuna_storage(experiment: str) -> JournalStorage:
-    """The Optuna study's storage in the sweep's directory: a journal file (with its own
+    """The Optuna studies' storage in the sweep's directory: a journal file (with its own
     lock, safe on shared filesystems), or numbered objects in a bucket."""
     location = storage.join(experiment, OPTUNA_JOURNAL)
     if storage.is_uri(location):
@@ -95,43 +200,31 @@ def optuna_storage(experiment: str) -> JournalStorage:
     return JournalStorage(JournalFileBackend(location + ".log"))
 
 
+def study_name(sweep: str, cell: str) -> str:
+    return f"{sweep}/{cell}"
+
+
+def study_names(experiment: str) -> list[str]:
+    """The Optuna studies in the sweep's storage at EXPERIMENT."""
+    return optuna.get_all_study_names(optuna_storage(experiment))
+
+
 def load_study(experiment: str, name: str) -> optuna.Study:
-    """An Optuna sweep's study, as its storage has it."""
+    """An Optuna study of a sweep (`study_name(sweep, cell)`), as its storage has it."""
     return optuna.load_study(study_name=name, storage=optuna_storage(experiment))
 
 
-def build_search(
-    space: Space, cells: list[str], constants: dict, search: str, experiment: str, name: str
-):
-    """(param_space, search_alg, num_samples) for the Tuner of the sweep `name`, whose Tune
-    experiment is at `experiment`. A trial's config names its cell by label (what Tune's
-    progress table shows); the trainable looks the cell up."""
+def build_searcher(
+    space: Space,
+    cells: dict,
+    constants: dict,
+    slots: list[tuple],
+    search: str,
+    experiment: str,
+    sweep: str,
+) -> CellSearcher:
+    """The searcher of a round of SLOTS (`round_slots`) of the sweep SWEEP, whose storage is at
+    EXPERIMENT: at random (SEARCH random) or by an Optuna study per cell (optuna)."""
     if search == "random":
-        first = constants.get("seed", 0)  # each setting once per seed: a grid over them
-        seeds = (
-            {"seed": tune.grid_search(list(range(first, first + space.seeds)))}
-            if space.seeds > 1
-            else {}
-        )
-        param_space = {
-            **constants,
-            "cell": tune.grid_search(cells),
-            **seeds,
-            **{k: tune_sampler(d) for k, d in space.params.items()},
-        }
-        # Tune ignores max_concurrent_trials beside a BasicVariantGenerator: the cap goes here
-        return (
-            param_space,
-            BasicVariantGenerator(random_state=space.seed, max_concurrent=space.max_concurrent),
-            space.samples,
-        )
-    optuna_search = StudyAheadOptunaSearch(
-        OptunaSpace(cells, space.params, constants),
-        metric=METRIC,
-        mode=MODE,
-        seed=space.seed,
-        study_name=name,
-        storage=optuna_storage(experiment),
-    )
-    limit = space.max_concurrent or 2
-    return None, ConcurrencyLimiter(optuna_search, max_concurrent=limit), len(cells) * space.samples
+        return CellSearcher(space, cells, constants, slots)
+    return CellStudies(space, cells, constants, slots, sweep, experiment, space.sampler)

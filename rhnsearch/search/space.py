@@ -100,6 +100,7 @@ class Space(Strict):
     samples: int = Field(1, ge=1)  # settings per cell
     seeds: int = Field(1, ge=1)  # trials per setting: seeds fixed.seed + 0..N-1
     search: Literal["random", "optuna"] = "random"
+    sampler: Literal["tpe", "gp", "cmaes"] = "tpe"  # each cell's Optuna sampler
     seed: int = 0  # seeds the searcher: same space, same trials
     fixed: dict = {}
     params: dict[str, Distribution] = {}
@@ -188,6 +189,11 @@ class Space(Strict):
             raise ValueError(
                 "seeds repeats each setting of a random search: use search: "
                 "random (--search random) with seeds, or seeds: 1 with optuna"
+            )
+        if self.seeds > 1 and "seed" in self.params:
+            raise ValueError(
+                "seeds runs each setting with seeds fixed.seed to fixed.seed + seeds - 1: "
+                "drop seed from params, or run with seeds 1"
             )
         if self.scheduler.name != "fifo" and self.scheduler.grace_period >= self.epochs:
             raise ValueError(

@@ -1,12 +1,13 @@
 """Run a search space on Ray Tune: trials sampled at random or by Optuna, stopped early by the
-space's scheduler, recorded in MLflow; an interrupted sweep resumes by name.
+space's scheduler, recorded in MLflow; an interrupted sweep resumes by name, a finished one
+is extended by name.
 
-Where a sweep keeps its state: Tune's experiment (its state and every trial's checkpoints),
-the sweep's own state file and the Optuna study live in the sweep's *storage*,
-`STORAGE/NAME`: results/sweeps by default, a shared directory or a bucket URI on a cluster.
-The MLflow records waiting to be sent are journaled beside them when the storage is a
-directory, else in results/sweeps/NAME on the driver's machine with a copy in the bucket
-while they wait (tracking.Journal).
+Where a sweep keeps its state: Tune's experiment of each round (its state and every trial's
+checkpoints; a round of `sweep extend` in NAME/extend-N), the sweep's own state file and the
+Optuna studies live in the sweep's *storage*, `STORAGE/NAME`: results/sweeps by default, a
+shared directory or a bucket URI on a cluster. The MLflow records waiting to be sent are
+journaled beside them when the storage is a directory, else in results/sweeps/NAME on the
+driver's machine with a copy in the bucket while they wait (tracking.Journal).
 """
 
 import errno
@@ -38,10 +39,10 @@ from .checkpoints import (
     repair_checkpoint_names,
     saved_trial_ids,
 )
-from .cluster import check_address, check_gpus, start_ray
+from .cluster import check_address, check_gpus, start_ray, trial_slots
 from .plan import load_plan, planned_hours
 from .scheduler import CellASHAScheduler
-from .searchers import METRIC, MODE, build_search
+from .searchers import METRIC, MODE, build_searcher, round_slots
 from .space import Space, load_space
 from .tracking import MLflowTracker, get_experiment, sender_for
 from .trainable import run_trial
@@ -263,9 +264,29 @@ def log_sweep_params(client: MlflowClient, state: dict, space: Space):
         )
 
 
-def build_tuner(space: Space, state: dict, experiment_path: str, function=run_trial) -> tune.Tuner:
-    """The Tuner of a new sweep: its searcher, scheduler, MLflow callback and storage; its
-    trials run FUNCTION (`run_trial`; benchmarks/driver_load.py gives one that only reports)."""
+def rounds(state: dict) -> list[dict]:
+    """The sweep's rounds of trials: its first, then one per `sweep extend`, each bringing it
+    to `samples` settings a cell run with `seeds` seeds each, where `done` (settings, seeds)
+    had run before."""
+    space = state["space"]
+    return state.get("rounds") or [
+        {"samples": space["samples"], "seeds": space["seeds"], "done": [0, 0]}
+    ]
+
+
+def round_name(state: dict, index: int) -> str:
+    """The Tune experiment of round INDEX: the sweep's own, then NAME/extend-INDEX inside it."""
+    return state["name"] if index == 0 else f"{state['name']}/extend-{index}"
+
+
+def round_paths(root: str, state: dict) -> list[str]:
+    return [storage.join(root, round_name(state, i)) for i in range(len(rounds(state)))]
+
+
+def build_tuner(space: Space, state: dict, sweep_path: str, function=run_trial) -> tune.Tuner:
+    """The Tuner of the sweep's last round: its searcher, scheduler, MLflow callback and
+    storage; its trials run FUNCTION (`run_trial`; benchmarks/driver_load.py gives one that
+    only reports)."""
     name, cells = state["name"], state["cells"]
     constants = {
         "threads": space.threads,
@@ -275,35 +296,37 @@ def build_tuner(space: Space, state: dict, experiment_path: str, function=run_tr
         "preset": state["preset"] or "base",
         "study": space.study,
     }
-    param_space, search_alg, num_samples = build_search(
-        space, list(cells), constants, state["search"], experiment_path, name
-    )
+    last = rounds(state)[-1]
+    slots = round_slots(last["samples"], last["seeds"], tuple(last["done"]))
+    searcher = build_searcher(space, cells, constants, slots, state["search"], sweep_path, name)
     tracker = MLflowTracker(
         state["tracking_uri"],
         state["experiment_id"],
         state["parent_run_id"],
         name,
-        experiment_path,
+        sweep_path,
         cells,
     )
     scheduler = build_scheduler(
-        space, state["scheduler"], storage.join(experiment_path, SCHEDULER_STATE_FILE)
+        space, state["scheduler"], storage.join(sweep_path, SCHEDULER_STATE_FILE)
     )
     filesystem, path = storage.split(state["storage"])
     return tune.Tuner(
         trainable(space, cells, function),
-        param_space=param_space,
         tune_config=tune.TuneConfig(
             metric=METRIC,
             mode=MODE,
-            search_alg=search_alg,
+            search_alg=searcher,
             scheduler=scheduler,
-            num_samples=num_samples,
-            max_concurrent_trials=space.max_concurrent or None,
+            num_samples=len(slots) * len(cells),
+            # a searcher of one's own gets one trial pending at a time from Tune: the slots
+            # of the cluster are asked for instead
+            max_concurrent_trials=space.max_concurrent
+            or trial_slots(space.resources.cpu, space.resources.gpu),
             reuse_actors=True,
         ),
         run_config=tune.RunConfig(
-            name=name,
+            name=round_name(state, len(rounds(state)) - 1),
             storage_path=path,
             storage_filesystem=filesystem,
             callbacks=[tracker, KeepNewestCheckpoint()],
@@ -334,13 +357,14 @@ def resume_sweep(name: str, address: str | None = None, storage_path: str | None
     their last checkpoint, the same MLflow parent run is reused. A sweep stopped before Tune
     saved its state starts its trials again, under the same parent run."""
     state = load_state(name, storage_path, address)
-    experiment_path = storage.join(sweep_storage(storage_path, address), name)
+    sweep_path = storage.join(sweep_storage(storage_path, address), name)
+    experiment_path = round_paths(sweep_storage(storage_path, address), state)[-1]
     check_store(state["tracking_uri"])
     filesystem, path = storage.split(experiment_path)
     space = Space.model_validate(state["space"])
     if not tune.Tuner.can_restore(path, storage_filesystem=filesystem):
         start_ray(address, space.cell_modules)
-        return finish(build_tuner(space, state, experiment_path), state)
+        return finish(build_tuner(space, state, sweep_path), state)
     check_saved_state(experiment_path)
     storage.remove_leftovers(experiment_path)
     start_ray(address, space.cell_modules)
@@ -356,6 +380,71 @@ def resume_sweep(name: str, address: str | None = None, storage_path: str | None
         state["parent_run_id"], "resumed", datetime.now().isoformat(timespec="seconds")
     )
     return finish(tuner, state)
+
+
+def extend_sweep(
+    name: str,
+    samples: int | None = None,
+    seeds: int | None = None,
+    address: str | None = None,
+    storage_path: str | None = None,
+) -> dict:
+    """Add settings (SAMPLES a cell in all) or seeds (SEEDS a setting in all) to every cell of
+    a finished sweep, as a new round under the same parent run: the random stream or the
+    cells' Optuna studies go on where they stopped, the scheduler's rungs are kept, the old
+    runs are untouched, and the summary, plots and report cover every trial."""
+    state = load_state(name, storage_path, address)
+    sweep_path = storage.join(sweep_storage(storage_path, address), name)
+    space = Space.model_validate(state["space"])
+    samples, seeds = samples or space.samples, seeds or space.seeds
+    if (
+        samples < space.samples
+        or seeds < space.seeds
+        or (samples, seeds)
+        == (
+            space.samples,
+            space.seeds,
+        )
+    ):
+        raise UserError(
+            f"sweep {name} has {space.samples} setting(s) a cell, each run with "
+            f"{space.seeds} seed(s): extend it to more, e.g. --samples {2 * space.samples}"
+        )
+    if seeds > space.seeds and (state["search"] != "random" or "seed" in space.params):
+        raise UserError(
+            f"sweep {name} cannot run its settings with more seeds: "
+            + (
+                "an Optuna search runs each setting once"
+                if state["search"] != "random"
+                else "it samples each setting's seed (params.seed)"
+            )
+            + "; extend it with --samples instead"
+        )
+    check_store(state["tracking_uri"])
+    client = MlflowClient(state["tracking_uri"])
+    parent = state["parent_run_id"]
+    if client.get_run(parent).info.status != "FINISHED":
+        raise UserError(
+            f"sweep {name} has not finished: `rhnsearch sweep resume {name}` finishes it, "
+            "then extend it"
+        )
+    extended = Space.model_validate({**state["space"], "samples": samples, "seeds": seeds})
+    start_ray(address, extended.cell_modules)
+    state["rounds"] = [
+        *rounds(state),
+        {"samples": samples, "seeds": seeds, "done": [space.samples, space.seeds]},
+    ]
+    state["space"], state["trials"] = extended.model_dump(mode="json"), extended.num_trials
+    write_state(sweep_path, state)
+    client.update_run(parent, status="RUNNING")
+    client.set_tag(
+        parent,
+        f"extended_{len(state['rounds']) - 1}",
+        f"{space.samples} -> {samples} settings a cell, {space.seeds} -> {seeds} seeds a "
+        f"setting ({datetime.now().isoformat(timespec='seconds')})",
+    )
+    client.log_dict(parent, state["space"], "space.json")
+    return finish(build_tuner(extended, state, sweep_path), state)
 
 
 def finish(tuner, state: dict) -> dict:
@@ -386,7 +475,7 @@ def finish(tuner, state: dict) -> dict:
         )
     client = MlflowClient(state["tracking_uri"])
     try:
-        drop_lost_runs(client, state, experiment_path)
+        drop_lost_runs(client, state)
         runs = child_runs(client, state)
         long = histories.read(
             state["tracking_uri"],
@@ -436,20 +525,22 @@ def finish(tuner, state: dict) -> dict:
     return summary
 
 
-def drop_lost_runs(client: MlflowClient, state: dict, experiment_path: str):
+def drop_lost_runs(client: MlflowClient, state: dict):
     """Delete the runs of trials that a killed driver had started but Tune had not saved yet:
     the resumed sweep does not know them, and runs their settings again as new trials. Only
-    on the strength of Tune's saved state, read: where it is missing or unreadable, every run
-    is kept, and a warning says so."""
-    trials = saved_trial_ids(experiment_path)
-    if trials is None:
+    on the strength of Tune's saved state of every round, read: where one is missing or
+    unreadable, every run is kept, and a warning says so."""
+    paths = round_paths(state["storage"], state)
+    saved = [saved_trial_ids(path) for path in paths]
+    if None in saved:
         log.warning(
             "Tune's saved experiment state was not found in %s or could not be read: every "
             "MLflow run of the sweep is kept (a trial a killed driver had started before "
             "Tune saved it may have a second run)",
-            experiment_path,
+            paths[saved.index(None)],
         )
         return
+    trials = set().union(*saved)
     lost = [run for run in child_runs(client, state) if run.data.tags.get("trial_id") not in trials]
     for run in lost:
         client.delete_run(run.info.run_id)

@@ -27,6 +27,7 @@ from ray.tune import Callback
 
 from ..data.recorded import dataset_input
 from ..errors import first_line
+from ..models import resolve_arch
 from ..provenance import provenance_tags
 from ..tasks import get_task
 from ..tracking_store import artifact_root
@@ -437,8 +438,9 @@ class MLflowTracker(Callback):
         self.sender.put(self.sender.journal.append(record))
 
     def start_run(self, trial):
-        """Record the trial's params and dataset, once per trial and driver (again after a
-        resume: the same values, which MLflow takes again without change)."""
+        """Record the trial's params (not those its arch does not read) and dataset, once per
+        trial and driver (again after a resume: the same values, which MLflow takes again
+        without change)."""
         if trial.trial_id in self.started:
             return
         self.started.add(trial.trial_id)
@@ -449,6 +451,8 @@ class MLflowTracker(Callback):
             **flat_params(config, self.cells),
             "loss_unit": get_task(cfg.task).loss_unit,
         }
+        for unused in resolve_arch(cfg.arch).unused:
+            params.pop(unused, None)
         self._record(
             trial.trial_id,
             name=f"{cfg.arch}-d{cfg.depth}-{trial.trial_id}",
