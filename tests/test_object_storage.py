@@ -10,6 +10,9 @@ from mlflow.tracking import MlflowClient
 from test_faults import assert_full_histories, child_runs
 from test_sweep import check_child_runs
 
+from rhnsearch.search import storage
+from rhnsearch.search.searchers import load_study, study_names
+
 from conftest import JSB_SPACE, json_summary, rhnsearch_cli, rhnsearch_main, wait_until
 
 MAX_REQUESTS_PER_TRIAL_EPOCH = 10
@@ -152,3 +155,32 @@ def test_killed_driver_resumes_from_another_directory(s3_server, tmp_path, data_
         .read()
     )
     assert state["search"] == "optuna" and state["storage"] == uri
+
+    # extended from a third directory: a setting more a cell, its round's Tune state in the
+    # bucket beside the first's, each cell's study gone on in the bucket's journal
+    third = tmp_path / "third"
+    third.mkdir()
+    proc = rhnsearch_cli(
+        "sweep",
+        "extend",
+        "optuna-s3",
+        "--samples",
+        "4",
+        "--storage-path",
+        uri,
+        "--json",
+        cwd=third,
+        timeout=300,
+    )
+    summary = json_summary(proc)
+    assert summary["complete"] and summary["completed"] == 8, proc.stderr[-3000:]
+    runs = child_runs(store)
+    check_child_runs(client, runs, 8)
+    assert sorted(r.data.params["cell"] for r in runs).count("rhn d1 w19") == 4
+    keys = s3_server.keys(bucket, "sweeps/optuna-s3/extend-1/")
+    assert any("experiment_state" in k for k in keys), keys
+    assert not [p for p in third.rglob("*") if p.is_file() and "run_trial" in str(p)]
+    for name in study_names(storage.join(uri, "optuna-s3")):
+        trials = load_study(storage.join(uri, "optuna-s3"), name).trials
+        assert sum(t.state.name == "COMPLETE" for t in trials) >= 4
+        assert len({t.params["lr"] for t in trials}) == len(trials)

@@ -695,3 +695,121 @@ def test_check_solves_word_widths_for_the_datas_vocabulary(data_dir, tmp_path):
         ]
         assert all(abs(c["params"] - 1.5e6) < 0.01 * 1.5e6 for c in expected)
     assert "not in the data dir" in proc.stdout and vocab != 10000
+
+
+def jsb_runs(client: MlflowClient, exp) -> list:
+    return client.search_runs(
+        [exp.experiment_id], "tags.kind = 'trial' and tags.sweep = 'ext'", max_results=1000
+    )
+
+
+def run_fields(client: MlflowClient, run) -> tuple:
+    """What a run recorded: params, tags but the run's own, and its valid_loss curve."""
+    tags = {k: v for k, v in run.data.tags.items() if not k.startswith("mlflow.")}
+    history = [m.value for m in client.get_metric_history(run.info.run_id, "valid_loss")]
+    return run.data.params, tags, history, run.info.status
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+def test_extend_a_finished_sweep_with_settings_then_seeds(tmp_path, data_dir):
+    """`sweep extend NAME --samples 4` on the JSB smoke sweep (2 settings a cell): two new
+    settings in every cell, those the random stream draws next (no setting twice), the first
+    24 runs as they were, the rungs of early stopping kept, one parent run, and the study's
+    finding and report made again over the 48 trials. `--seeds 3` on a sweep of one setting a
+    cell runs each setting with the next seeds. Asking for less, or for seeds of a sweep that
+    samples its seed, is one line before Ray starts."""
+    from rhnsearch import load_trials
+    from rhnsearch.results.export import markdown
+    from rhnsearch.results.studies import KINDS
+    from rhnsearch.search.searchers import CellSearcher, round_slots
+    from rhnsearch.search.space import Space
+
+    uri = f"sqlite:///{tmp_path / 'results/mlflow.db'}"
+    run = ("sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir", data_dir, "--json")
+    assert json_summary(rhnsearch_cli(*run, "--name", "ext", cwd=tmp_path))["trials"] == 24
+    for args, says in (
+        (["--samples", "2"], "extend it to more, e.g. --samples 4"),
+        (["--seeds", "2"], "it samples each setting's seed (params.seed)"),
+        ([], "give --samples N"),
+    ):
+        proc = rhnsearch_main("sweep", "extend", "ext", *args, cwd=tmp_path, check=False)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+        assert says in proc.stderr
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("jsb_optimization")
+    first = {r.info.run_id: run_fields(client, r) for r in jsb_runs(client, exp)}
+    trials = load_trials("jsb_optimization", uri, "ext")
+    finding = markdown(KINDS["optimization"].measured(trials))
+    state_file = tmp_path / "results/sweeps/ext/scheduler/state.json"
+    rungs = json.loads(state_file.read_text())["rungs"]
+
+    summary = json_summary(
+        rhnsearch_cli("sweep", "extend", "ext", "--samples", "4", "--json", cwd=tmp_path)
+    )
+    assert summary["complete"] and summary["trials"] == 48
+    runs = jsb_runs(client, exp)
+    check_child_runs(client, runs, 48)
+    assert {r.info.run_id: run_fields(client, r) for r in runs if r.info.run_id in first} == first
+    new = [r for r in runs if r.info.run_id not in first]
+    state = json.loads((tmp_path / "results/sweeps/ext/rhnsearch_sweep.json").read_text())
+    space = Space.model_validate(state["space"])
+    drawn = CellSearcher(space, state["cells"], {}, round_slots(4, 1, done=(2, 1)))
+    expected = [drawn.suggest(str(i)) for i in range(24)]
+    assert sorted((r.data.params["cell"], float(r.data.params["lr"])) for r in new) == sorted(
+        (c["cell"], c["lr"]) for c in expected
+    )
+    assert len({r.data.params["lr"] for r in runs}) == 48
+    after = json.loads(state_file.read_text())["rungs"]
+    for cell, milestones in rungs.items():
+        for milestone, recorded in milestones.items():
+            assert recorded.items() <= after[cell][milestone].items()
+
+    def recorded(rungs):
+        return sum(len(r) for cell in rungs.values() for r in cell.values())
+
+    assert recorded(after) > recorded(rungs)
+    (parent,) = client.search_runs([exp.experiment_id], "tags.kind = 'sweep'")
+    assert parent.info.status == "FINISHED" and parent.data.metrics["trials"] == 48
+    trials = load_trials("jsb_optimization", uri, "ext")
+    assert len(trials) == 48
+    measured = markdown(KINDS["optimization"].measured(trials))
+    assert measured != finding
+    report = client.download_artifacts(parent.info.run_id, "report/report.html", str(tmp_path))
+    assert "48 trials" in Path(report).read_text()
+
+    proc = rhnsearch_cli(
+        *run,
+        "--name",
+        "seeds",
+        "--set",
+        "archs=[rhn]",
+        "--set",
+        "depths=[1,2]",
+        "--set",
+        "params={lr: {loguniform: [0.05, 0.5]}}",
+        "--set",
+        "fixed.epochs=2",
+        "--set",
+        "scheduler.name=fifo",
+        "--set",
+        "fixed.seed=7",
+        "--set",
+        "samples=1",
+        cwd=tmp_path,
+    )
+    assert json_summary(proc)["trials"] == 2
+    proc = rhnsearch_cli("sweep", "extend", "seeds", "--seeds", "3", "--json", cwd=tmp_path)
+    assert json_summary(proc)["trials"] == 6
+    (parent,) = client.search_runs(
+        [exp.experiment_id], "tags.sweep = 'seeds' and tags.kind = 'sweep'"
+    )
+    runs = client.search_runs(
+        [exp.experiment_id], f"tags.mlflow.parentRunId = '{parent.info.run_id}'"
+    )
+    by_cell = {}
+    for r in runs:
+        by_cell.setdefault(r.data.params["cell"], []).append(r.data.params)
+    for params in by_cell.values():
+        assert sorted(int(p["seed"]) for p in params) == [7, 8, 9]
+        assert len({p["lr"] for p in params}) == 1

@@ -105,6 +105,9 @@ class CellSearcher(Searcher):
         rng = np.random.default_rng(stream_seed(self.space_seed, label, k))
         return {k: tune_domain(d).sample(random_state=rng) for k, d in self.params[label].items()}
 
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
+        pass  # a random setting learns nothing from the others
+
     def save(self, checkpoint_path: str):
         with open(checkpoint_path, "wb") as f:
             pickle.dump(self.saved(), f)

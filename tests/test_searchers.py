@@ -1,0 +1,119 @@
+"""The sweep's searchers without Ray: the order and settings of the random search per cell, the
+rounds of `sweep extend`, and an Optuna study per cell with each sampler, fed real values."""
+
+import math
+
+import optuna
+import pytest
+
+from rhnsearch.search.searchers import (
+    CellSearcher,
+    build_searcher,
+    load_study,
+    round_slots,
+    study_names,
+)
+from rhnsearch.search.space import load_space
+
+from conftest import JSB_SPACE
+
+CELLS = ["archs=[rhn,dtrnn]", "depths=[1,2]"]
+
+
+def space_and_cells(*overrides):
+    space = load_space(JSB_SPACE, "smoke", [*CELLS, *overrides])
+    return space, space.cells()
+
+
+def suggestions(searcher: CellSearcher, prefix: str = "t") -> list[dict]:
+    configs = []
+    while (config := searcher.suggest(f"{prefix}{len(configs)}")) != CellSearcher.FINISHED:
+        configs.append(config)
+    return configs
+
+
+def setting(config: dict) -> tuple:
+    return tuple(sorted((k, v) for k, v in config.items() if k != "seed"))
+
+
+def test_random_settings_come_a_cell_at_a_time_and_a_round_goes_on_with_the_stream():
+    space, cells = space_and_cells("samples=4")
+    whole = suggestions(CellSearcher(space, cells, {"epochs": 9}, round_slots(4, 1)))
+    assert [c["cell"] for c in whole] == list(cells) * 4  # each cell in turn
+    assert len({setting(c) for c in whole}) == 16  # no setting twice
+    for config in whole:
+        assert ("t_bias" in config) == config["cell"].startswith("rhn"), config
+        assert config["epochs"] == 9 and 0.001 <= config["lr"] <= 1.0
+    first = suggestions(CellSearcher(space, cells, {}, round_slots(2, 1)))
+    later = suggestions(CellSearcher(space, cells, {}, round_slots(4, 1, done=(2, 1))))
+    assert first + later == [{k: v for k, v in c.items() if k != "epochs"} for c in whole]
+    other = suggestions(CellSearcher(space.model_copy(update={"seed": 1}), cells, {}, [(0, 0)]))
+    assert other[0]["lr"] != whole[0]["lr"]
+
+
+def test_more_seeds_run_the_same_settings_with_the_next_seeds():
+    space, cells = space_and_cells("params={lr: {loguniform: [0.01, 1]}}", "seeds=2")
+    constants = {"seed": 10}
+    first = suggestions(CellSearcher(space, cells, constants, round_slots(2, 2)))
+    more = suggestions(CellSearcher(space, cells, constants, round_slots(2, 3, done=(2, 2))))
+    assert [c["seed"] for c in first] == [10, 11] * 8
+    assert [c["seed"] for c in more] == [12] * 8
+    assert [c["lr"] for c in more] == [c["lr"] for c in first[::2]]
+    assert len({c["lr"] for c in first}) == 8
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "gp", "cmaes"])
+def test_each_cell_has_its_own_study_told_each_trials_outcome(sampler, tmp_path):
+    """Twelve trials a cell, the loss a real function of the setting: each cell's study has
+    its own trials (no t_bias for DT-RNN), told the best valid loss, inf for a diverged trial
+    and a failure for an errored one. A searcher restored from its saved state (a resumed
+    driver) tells the trials it had asked for and draws no setting again."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    space, cells = space_and_cells(
+        "params={lr: {loguniform: [0.001, 1]}, t_bias: "
+        "{uniform: [-5, -1]}, momentum: {uniform: [0, 0.95]}}",
+        f"sampler={sampler}",
+        "search=optuna",
+    )
+    searcher = build_searcher(space, cells, {}, round_slots(12, 1), "optuna", str(tmp_path), "s")
+
+    def loss(config):
+        return (math.log10(config["lr"]) + 1) ** 2 + (config["momentum"] - 0.9) ** 2
+
+    for i in range(40):
+        config = searcher.suggest(f"t{i}")
+        outcome = {"status": "diverged" if i == 5 else "completed", "best_valid_loss": loss(config)}
+        searcher.on_trial_complete(f"t{i}", outcome, error=i == 6)
+        if i == 20:  # the driver is killed and resumed: the searcher's state is saved, read
+            path = tmp_path / "searcher.pkl"
+            searcher.save(str(path))
+            searcher = build_searcher(
+                space, cells, {}, round_slots(12, 1), "optuna", str(tmp_path), "s"
+            )
+            searcher.restore(str(path))
+    rest = suggestions(searcher, prefix="r")
+    for i, config in enumerate(rest):
+        searcher.on_trial_complete(
+            f"r{i}", {"status": "completed", "best_valid_loss": loss(config)}
+        )
+    assert len(rest) == 8  # 48 in all
+    assert sorted(study_names(str(tmp_path))) == sorted(f"s/{c}" for c in cells)
+    for label in cells:
+        study = load_study(str(tmp_path), f"s/{label}")
+        trials = study.trials
+        assert len(trials) == 12 and all(t.state.is_finished() for t in trials)
+        assert all(("t_bias" in t.params) == label.startswith("rhn") for t in trials)
+        assert len({tuple(sorted(t.params.items())) for t in trials}) == 12
+        for t in trials:
+            if t.state.name == "COMPLETE" and math.isfinite(t.value):
+                assert t.value == pytest.approx(loss(t.params))
+    states = [
+        t.state.name for label in cells for t in load_study(str(tmp_path), f"s/{label}").trials
+    ]
+    assert states.count("FAIL") == 1
+    values = [t.value for label in cells for t in load_study(str(tmp_path), f"s/{label}").trials]
+    assert values.count(math.inf) == 1
+    assert (
+        type(searcher.study(next(iter(cells))).sampler).__name__
+        == {"tpe": "TPESampler", "gp": "GPSampler", "cmaes": "CmaEsSampler"}[sampler]
+    )
