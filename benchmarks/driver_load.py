@@ -115,6 +115,7 @@ def run_rhnsearch(args, work: Path) -> dict:
         "preset": "smoke",
         "search": space.search,
         "scheduler": "cell_asha",
+        "space": space.model_dump(mode="json"),
     }
     experiment_path = storage.join(root, name)
     start_ray(None)

@@ -379,8 +379,8 @@ def test_a_saved_state_cut_short_is_refused_in_one_line(jsb_smoke, tmp_path):
     before Ray starts, and changes no file (Tune would start the experiment again)."""
     storage = tmp_path / "storage"
     shutil.copytree(jsb_smoke.cwd / "results" / "sweeps" / jsb_smoke.name, storage / jsb_smoke.name)
-    (state,) = (storage / jsb_smoke.name).glob("basic-variant-state-*.json")
-    state.write_bytes(state.read_bytes()[:100])
+    (state,) = (storage / jsb_smoke.name).glob("searcher-state-*.pkl")
+    state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])
     before = {p: p.read_bytes() for p in storage.rglob("*") if p.is_file()}
     proc = rhnsearch_main(
         "sweep", "resume", jsb_smoke.name, "--storage-path", storage, cwd=tmp_path, check=False

@@ -182,5 +182,5 @@ def test_killed_driver_resumes_from_another_directory(s3_server, tmp_path, data_
     assert not [p for p in third.rglob("*") if p.is_file() and "run_trial" in str(p)]
     for name in study_names(storage.join(uri, "optuna-s3")):
         trials = load_study(storage.join(uri, "optuna-s3"), name).trials
-        assert sum(t.state.name == "COMPLETE" for t in trials) >= 4
-        assert len({t.params["lr"] for t in trials}) == len(trials)
+        done = [t for t in trials if t.state.name == "COMPLETE"]  # (the kill may cut an ask)
+        assert len(done) >= 4 and len({t.params["lr"] for t in done}) == len(done)

@@ -381,7 +381,8 @@ def test_parallel_coordinates_draw_every_trial_on_scaled_axes(jsb_diverging):
     )
     ax = plots.parallel(chosen, trials).axes[0]
     runs = jsb_diverging.child_runs()
-    values = {k: [r.data.params[k] for r in runs] for k in runs[0].data.params}
+    names = set().union(*(r.data.params for r in runs))  # t_bias: RHN's runs only
+    values = {k: [r.data.params[k] for r in runs if k in r.data.params] for k in names}
     varying = {k for k, v in values.items() if len(set(v)) > 1} - NOT_SETTINGS
     logged = {
         k

@@ -548,6 +548,7 @@ def test_every_command_has_help():
         ["sweep", "--help"],
         ["sweep", "run", "--help"],
         ["sweep", "resume", "--help"],
+        ["sweep", "extend", "--help"],
         ["sweep", "submit", "--help"],
         ["sweep", "logs", "--help"],
         ["sweep", "status", "--help"],

@@ -17,6 +17,7 @@ a warning says so and the resume goes on without the repair.
 
 import json
 import logging
+import pickle
 import re
 
 import pyarrow.fs as pafs
@@ -34,6 +35,7 @@ log = logging.getLogger("rhnsearch")
 SAVED_STATE = {
     storage.EXPERIMENT_STATE: json.loads,
     r"(basic-variant-state|search_gen_state)-.*\.json": cloudpickle.loads,
+    r"searcher-state-.*\.pkl": pickle.loads,  # searchers.CellSearcher's own
 }
 
 
