@@ -71,8 +71,8 @@ def stream_seed(*parts) -> list[int]:
 class CellSearcher(Searcher):
     """Tune searcher: for each setting index, a setting of every cell in turn, each run with
     its seeds (`fixed.seed` + s where the space sweeps seeds), so that every cell has had as
-    many trials as any other at every moment. Saved with Tune's experiment (its position, and
-    which Optuna trial each Tune trial is), so a resumed round goes on where it stopped."""
+    many trials as any other at every moment. Saved with Tune's experiment (`saved`: its
+    position), so a resumed round goes on where it stopped."""
 
     def __init__(self, space: Space, cells: dict, constants: dict, slots: list[tuple]):
         super().__init__(metric=METRIC, mode=MODE)
@@ -82,7 +82,7 @@ class CellSearcher(Searcher):
             }
             for label, cell in cells.items()
         }
-        self.seeded = "seed" not in space.params
+        self.seeded = "seed" not in space.params  # else each setting draws its own seed
         self.space_seed, self.constants = space.seed, constants
         settings = sorted({k for k, _ in slots})  # (setting, cell, seed) in the order they run
         self.order = [(k, c, s) for k in settings for c in cells for j, s in slots if j == k]
@@ -103,7 +103,8 @@ class CellSearcher(Searcher):
         """Setting K of the cell LABEL, at random: a function of the space's seed, the cell
         and K alone."""
         rng = np.random.default_rng(stream_seed(self.space_seed, label, k))
-        return {k: tune_domain(d).sample(random_state=rng) for k, d in self.params[label].items()}
+        drawn = self.params[label].items()
+        return {name: tune_domain(d).sample(random_state=rng) for name, d in drawn}
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
         pass  # a random setting learns nothing from the others
@@ -169,7 +170,7 @@ class CellStudies(CellSearcher):
             self.study(label).tell(number, loss, skip_if_finished=True)
 
     def saved(self) -> dict:
-        return {"next": self.next, "asked": self.asked}
+        return {"next": self.next, "asked": self.asked}  # (which Optuna trial each Tune trial is)
 
 
 class ObjectJournal(BaseJournalBackend):

@@ -240,6 +240,7 @@ def log_sweep_params(client: MlflowClient, state: dict, space: Space):
         ("space", Path(state["space_path"]).name),
         ("preset", state["preset"] or "base"),
         ("search", state["search"]),
+        *([("sampler", space.sampler)] if state["search"] == "optuna" else []),
         ("scheduler", state["scheduler"]),
         ("trials", state["trials"]),
         ("dataset", space.dataset),
