@@ -358,8 +358,8 @@ def resume_sweep(name: str, address: str | None = None, storage_path: str | None
     their last checkpoint, the same MLflow parent run is reused. A sweep stopped before Tune
     saved its state starts its trials again, under the same parent run."""
     state = load_state(name, storage_path, address)
-    sweep_path = storage.join(sweep_storage(storage_path, address), name)
-    experiment_path = round_paths(sweep_storage(storage_path, address), state)[-1]
+    root = sweep_storage(storage_path, address)
+    sweep_path, experiment_path = storage.join(root, name), round_paths(root, state)[-1]
     check_store(state["tracking_uri"])
     filesystem, path = storage.split(experiment_path)
     space = Space.model_validate(state["space"])
@@ -398,15 +398,8 @@ def extend_sweep(
     sweep_path = storage.join(sweep_storage(storage_path, address), name)
     space = Space.model_validate(state["space"])
     samples, seeds = samples or space.samples, seeds or space.seeds
-    if (
-        samples < space.samples
-        or seeds < space.seeds
-        or (samples, seeds)
-        == (
-            space.samples,
-            space.seeds,
-        )
-    ):
+    grows = samples > space.samples or seeds > space.seeds
+    if samples < space.samples or seeds < space.seeds or not grows:
         raise UserError(
             f"sweep {name} has {space.samples} setting(s) a cell, each run with "
             f"{space.seeds} seed(s): extend it to more, e.g. --samples {2 * space.samples}"
