@@ -252,7 +252,7 @@ def test_a_saved_state_laid_out_otherwise_is_one_warning(state, tmp_path, caplog
     (tmp_path / "run_trial_0" / "checkpoint_000001").mkdir(parents=True)
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     repair_checkpoint_names(str(tmp_path))
-    (record,) = [r for r in caplog.records if r.name == "rhnsearch"]
+    (record,) = [r for r in caplog.records if r.name.startswith("rhnsearch.")]
     assert record.levelname == "WARNING" and "\n" not in record.getMessage()
     assert "not laid out as this version of rhnsearch expects" in record.getMessage()
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
@@ -288,7 +288,7 @@ def test_runs_are_deleted_only_on_the_strength_of_a_state_read(state, tmp_path, 
         r.data.tags["trial_id"] for r in client.search_runs([experiment], "tags.kind = 'trial'")
     }
     assert kept == ({"saved"} if state == "read" else {"saved", "unsaved"})
-    warnings = [r.getMessage() for r in caplog.records if r.name == "rhnsearch"]
+    warnings = [r.getMessage() for r in caplog.records if r.name.startswith("rhnsearch.")]
     assert len(warnings) == 1 and "\n" not in warnings[0]
     assert (
         "deleted 1 MLflow run" if state == "read" else "every MLflow run of the sweep is kept"

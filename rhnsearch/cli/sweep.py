@@ -535,14 +535,14 @@ def submit_to_slurm(args):
 def cmd_slurm_job(args):
     from ..search.slurm import run_job
 
-    logging.getLogger("rhnsearch.slurm").setLevel(logging.INFO)  # the job's own progress
+    logging.getLogger(run_job.__module__).setLevel(logging.INFO)  # the job's own progress
     return run_job(args.job_dir, args.sweep_args)
 
 
 def cmd_slurm_node(args):
     from ..search.slurm import run_node
 
-    logging.getLogger("rhnsearch.slurm").setLevel(logging.INFO)
+    logging.getLogger(run_node.__module__).setLevel(logging.INFO)
     return run_node(args.job_dir)
 
 

@@ -22,7 +22,7 @@ from .export import atomic, check_out
 from .studies import Groups, kind_of
 from .tables import best_per_cell, finished, swept_in_depth, sweep_dataset
 
-log = logging.getLogger("rhnsearch")
+log = logging.getLogger(__name__)
 PLOT_OUT = (".png", ".svg")
 DODGE_WIDTH = 0.8  # seaborn's default width of a dodged category
 CLIP_MARGIN = 0.5  # parallel coordinates: the loss axis stops at best + CLIP_MARGIN x |best|

@@ -18,7 +18,7 @@ from . import arch_label, importance, plots, store, tables
 from .studies import Kind, kind_of
 from .export import atomic, check_out, html_table
 
-log = logging.getLogger("rhnsearch")
+log = logging.getLogger(__name__)
 REPORT_OUT = (".html",)
 SECTIONS = {"header": "Sweep", "figure": "The study's figure", "table": "Measured and published",
             "curves": "Learning curves", "parallel": "Settings (parallel coordinates)",

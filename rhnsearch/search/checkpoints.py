@@ -28,7 +28,7 @@ from ..errors import UserError
 from ..train import CHECKPOINT_FILE
 from . import storage
 
-log = logging.getLogger("rhnsearch")
+log = logging.getLogger(__name__)
 
 
 # What Tune reads on resume: the newest file of each kind, and how it reads it.

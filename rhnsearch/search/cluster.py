@@ -15,7 +15,7 @@ from ray.exceptions import AuthenticationError
 from ..errors import UserError, first_line
 from .trainable import ALLOW_CPU_FALLBACK
 
-log = logging.getLogger("rhnsearch")
+log = logging.getLogger(__name__)
 
 
 def check_address(address: str):

@@ -13,7 +13,7 @@ from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from . import storage
 
-log = logging.getLogger("rhnsearch")
+log = logging.getLogger(__name__)
 CONTINUE, STOP = TrialScheduler.CONTINUE, TrialScheduler.STOP
 ALL = "all cells"
 

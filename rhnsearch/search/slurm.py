@@ -266,7 +266,7 @@ class Job:
 
 def log(text: str):
     """A line of the job's output (the command sets this logger to INFO)."""
-    logging.getLogger("rhnsearch.slurm").info(text)
+    logging.getLogger(__name__).info(text)
 
 
 def run_job(job_dir: str, sweep_args: list[str]) -> int:

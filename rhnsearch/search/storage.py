@@ -28,7 +28,7 @@ import pyarrow.fs as pafs
 
 from ..errors import first_line
 
-log = logging.getLogger("rhnsearch")
+log = logging.getLogger(__name__)
 
 # The storage of a sweep run without --storage-path: under the driver's working directory.
 LOCAL_SWEEPS = Path("results/sweeps")

@@ -47,7 +47,7 @@ from .space import Space, load_space
 from .tracking import MLflowTracker, get_experiment, sender_for
 from .trainable import run_trial
 
-log = logging.getLogger("rhnsearch")
+log = logging.getLogger(__name__)
 STATE_FILE = "rhnsearch_sweep.json"
 HOURS = ("cpu_hours", "gpu_hours")  # device-hours the trials held, from their *_seconds
 STORAGE_ENV = "RHNSEARCH_STORAGE"

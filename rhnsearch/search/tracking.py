@@ -34,7 +34,7 @@ from ..tracking_store import artifact_root
 from . import storage
 from .trainable import trial_config
 
-log = logging.getLogger("rhnsearch")
+log = logging.getLogger(__name__)
 QUEUE_SIZE = 1000  # records held in memory for the sender; the journal holds them all
 BATCH = 500  # records sent at once at most: one request per trial among them
 BACKOFF_SECONDS = (1, 2, 5, 10, 30)  # between attempts while the store does not answer
