@@ -2,8 +2,14 @@
 
 Labels shared by tables and plots: ptb-sample is always called ptb-sample, never PTB.
 """
-ARCH_LABELS = {"rhn": "RHN", "hsg": "RHN+HSG", "dtrnn": "DT-RNN", "dtsrnn": "DT(S)-RNN",
-               "lstm": "LSTM"}
+
+ARCH_LABELS = {
+    "rhn": "RHN",
+    "hsg": "RHN+HSG",
+    "dtrnn": "DT-RNN",
+    "dtsrnn": "DT(S)-RNN",
+    "lstm": "LSTM",
+}
 DATASET_LABELS = {"jsb": "JSB Chorales", "ptb": "PTB", "ptb-sample": "ptb-sample"}
 
 

@@ -1,5 +1,6 @@
 """Write a results frame to a file by extension (.parquet, .csv, .md, .tex), atomically: to a
 temp file beside it, then renamed; an existing file is kept unless `force`."""
+
 import json
 import math
 import os
@@ -16,19 +17,34 @@ from ..errors import UserError
 from . import store
 
 TABLE_FORMATS = (".parquet", ".csv", ".md", ".tex")
-ARROW_TYPES = {"Int64": pa.int64(), "float64": pa.float64(), "boolean": pa.bool_(),
-               "str": pa.string()}
-TEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
-               "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
-               "^": r"\textasciicircum{}", "–": "--"}
+ARROW_TYPES = {
+    "Int64": pa.int64(),
+    "float64": pa.float64(),
+    "boolean": pa.bool_(),
+    "str": pa.string(),
+}
+TEX_SPECIAL = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "–": "--",
+}
 
 
 def check_out(path, formats, force: bool) -> Path:
     """The output path, if its extension is one of FORMATS and it may be written."""
     path = Path(path)
     if path.suffix.lower() not in formats:
-        raise UserError(f"cannot write {path.name}: use one of {', '.join(formats)} as the "
-                        "file extension")
+        raise UserError(
+            f"cannot write {path.name}: use one of {', '.join(formats)} as the file extension"
+        )
     if path.exists() and not force:
         raise UserError(f"{path} already exists: pass --force to overwrite it")
     if not path.parent.is_dir():
@@ -49,10 +65,12 @@ def atomic(path: Path):
 
 def arrow_schema(frame: pd.DataFrame) -> pa.Schema:
     """An explicit Arrow type per column (int64, float64, bool, string, timestamp[UTC])."""
+
     def arrow_type(dtype):
         if isinstance(dtype, pd.DatetimeTZDtype):
             return pa.timestamp(dtype.unit, tz=str(dtype.tz))
         return ARROW_TYPES[str(dtype)]
+
     return pa.schema([pa.field(c, arrow_type(t)) for c, t in frame.dtypes.items()])
 
 
@@ -68,28 +86,37 @@ def cell(value, digits: int = 4) -> str:
 
 
 def _numeric(frame: pd.DataFrame) -> list:
-    return [pd.api.types.is_numeric_dtype(t) and not pd.api.types.is_bool_dtype(t)
-            for t in frame.dtypes]
+    return [
+        pd.api.types.is_numeric_dtype(t) and not pd.api.types.is_bool_dtype(t) for t in frame.dtypes
+    ]
 
 
 def markdown(frame: pd.DataFrame, caption: str | None = None) -> str:
     """A GitHub Markdown table (numbers right-aligned), with an optional caption line."""
+
     def row(values):
         return "| " + " | ".join(str(v).replace("|", "\\|") for v in values) + " |"
+
     lines = [f"{caption}\n"] if caption else []
     lines += [row(frame.columns), row("---:" if n else "---" for n in _numeric(frame))]
     lines += [row(cell(v) for v in values) for values in frame.itertuples(index=False)]
     return "\n".join(lines) + "\n"
 
 
-def html_table(frame: pd.DataFrame, caption: str | None = None, table_id: str | None = None) \
-        -> str:
+def html_table(frame: pd.DataFrame, caption: str | None = None, table_id: str | None = None) -> str:
     """An HTML table (numbers right-aligned), every cell escaped, with an optional caption."""
     numeric = _numeric(frame)
 
     def row(tag, values):
-        return "<tr>" + "".join(f'<{tag}{" class=num" if n else ""}>{escape(str(v))}</{tag}>'
-                                for v, n in zip(values, numeric)) + "</tr>"
+        return (
+            "<tr>"
+            + "".join(
+                f"<{tag}{' class=num' if n else ''}>{escape(str(v))}</{tag}>"
+                for v, n in zip(values, numeric)
+            )
+            + "</tr>"
+        )
+
     lines = [f'<table id="{escape(table_id)}">' if table_id else "<table>"]
     lines += [f"<caption>{escape(caption)}</caption>"] if caption else []
     lines += ["<thead>" + row("th", frame.columns) + "</thead>", "<tbody>"]
@@ -107,24 +134,32 @@ def latex(frame: pd.DataFrame, caption: str | None = None) -> str:
     align = "".join("r" if n else "l" for n in _numeric(frame))
     lines = [r"\begin{table}[htbp]", r"\centering"]
     lines += [rf"\caption{{{tex(caption)}}}"] if caption else []
-    lines += [rf"\begin{{tabular}}{{{align}}}", r"\toprule",
-              " & ".join(tex(c) for c in frame.columns) + r" \\", r"\midrule"]
-    lines += [" & ".join(tex(cell(v)) for v in values) + r" \\"
-              for values in frame.itertuples(index=False)]
+    lines += [
+        rf"\begin{{tabular}}{{{align}}}",
+        r"\toprule",
+        " & ".join(tex(c) for c in frame.columns) + r" \\",
+        r"\midrule",
+    ]
+    lines += [
+        " & ".join(tex(cell(v)) for v in values) + r" \\"
+        for values in frame.itertuples(index=False)
+    ]
     lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
     return "\n".join(lines) + "\n"
 
 
-def write_frame(frame: pd.DataFrame, path: Path, caption: str | None = None,
-                metadata: dict | None = None):
+def write_frame(
+    frame: pd.DataFrame, path: Path, caption: str | None = None, metadata: dict | None = None
+):
     """Write FRAME to PATH in the format of its extension (checked by check_out)."""
     with atomic(path) as tmp:
         suffix = path.suffix.lower()
         if suffix == ".parquet":
-            table = pa.Table.from_pandas(frame, schema=arrow_schema(frame),
-                                         preserve_index=False)
-            meta = {**(table.schema.metadata or {}),
-                    b"rhnsearch": json.dumps(metadata or {}).encode()}
+            table = pa.Table.from_pandas(frame, schema=arrow_schema(frame), preserve_index=False)
+            meta = {
+                **(table.schema.metadata or {}),
+                b"rhnsearch": json.dumps(metadata or {}).encode(),
+            }
             pq.write_table(table.replace_schema_metadata(meta), tmp)
         elif suffix == ".csv":
             frame.to_csv(tmp, index=False)
@@ -134,8 +169,14 @@ def write_frame(frame: pd.DataFrame, path: Path, caption: str | None = None,
             tmp.write_text(latex(frame, caption))
 
 
-def export(experiment: str, out, tracking_uri: str | None = None, sweep: str | None = None,
-           with_history: bool = False, force: bool = False) -> tuple[Path, int]:
+def export(
+    experiment: str,
+    out,
+    tracking_uri: str | None = None,
+    sweep: str | None = None,
+    with_history: bool = False,
+    force: bool = False,
+) -> tuple[Path, int]:
     """Export the trials (or, with history, the trials' epochs) of an experiment to OUT;
     return the path and the number of rows written."""
     out = check_out(out, TABLE_FORMATS, force)
@@ -146,7 +187,15 @@ def export(experiment: str, out, tracking_uri: str | None = None, sweep: str | N
     if with_history:
         frame = store.history(exp, frame)
     kind = "history" if with_history else "trials"
-    write_frame(frame, out, caption=f"{experiment}: {kind} ({len(frame)} rows)",
-                metadata={"experiment": experiment, "tracking_uri": exp.tracking_uri,
-                          "sweep": sweep, "kind": kind})
+    write_frame(
+        frame,
+        out,
+        caption=f"{experiment}: {kind} ({len(frame)} rows)",
+        metadata={
+            "experiment": experiment,
+            "tracking_uri": exp.tracking_uri,
+            "sweep": sweep,
+            "kind": kind,
+        },
+    )
     return out, len(frame)

@@ -14,6 +14,7 @@ Three ways, fastest first, each giving the same rows:
 The server call goes through MLflow's own HTTP helper and credentials (MLFLOW_TRACKING_TOKEN,
 _USERNAME/_PASSWORD, TLS settings), imported behind one probe: without them, the last way.
 """
+
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -52,19 +53,26 @@ def is_database(uri: str) -> bool:
 
 def _sql(uri: str, run_ids: list[str]) -> pd.DataFrame:
     """One SELECT per SQL_CHUNK runs on the store's database (sqlite opened read-only)."""
-    query = sa.text("SELECT run_uuid, key, step, value, is_nan FROM metrics WHERE run_uuid IN "
-                    ":ids AND key != 'epoch' AND step >= 1 ORDER BY timestamp"
-                    ).bindparams(sa.bindparam("ids", expanding=True))
+    query = sa.text(
+        "SELECT run_uuid, key, step, value, is_nan FROM metrics WHERE run_uuid IN "
+        ":ids AND key != 'epoch' AND step >= 1 ORDER BY timestamp"
+    ).bindparams(sa.bindparam("ids", expanding=True))
     if uri.startswith("sqlite:///"):  # read-only, by a file: URI (its path percent-encoded)
         path = Path(uri.removeprefix("sqlite:///")).resolve()
-        engine = sa.create_engine("sqlite://", poolclass=sa.pool.NullPool, creator=lambda:
-                                  sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True))
+        engine = sa.create_engine(
+            "sqlite://",
+            poolclass=sa.pool.NullPool,
+            creator=lambda: sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True),
+        )
     else:
         engine = sa.create_engine(uri, poolclass=sa.pool.NullPool)
     try:
         with engine.connect() as db:  # the driver's plain tuples: 3x faster than Row objects
-            rows = [row for i in range(0, len(run_ids), SQL_CHUNK) for row in
-                    db.execute(query, {"ids": run_ids[i:i + SQL_CHUNK]}).cursor.fetchall()]
+            rows = [
+                row
+                for i in range(0, len(run_ids), SQL_CHUNK)
+                for row in db.execute(query, {"ids": run_ids[i : i + SQL_CHUNK]}).cursor.fetchall()
+            ]
     finally:
         engine.dispose()
     long = pd.DataFrame.from_records(rows, columns=["run_id", "key", "step", "value", "is_nan"])
@@ -88,15 +96,18 @@ def _server_request(uri: str):
         if response.status_code == 404:
             return None
         return verify_rest_response(response, BULK_ENDPOINT).json()
+
     return request
 
 
-def _bulk(request, client: MlflowClient, run_ids: list[str], keys: list[str]) \
-        -> pd.DataFrame | None:
+def _bulk(
+    request, client: MlflowClient, run_ids: list[str], keys: list[str]
+) -> pd.DataFrame | None:
     """Through GetMetricHistoryBulkInterval, a metric of up to BULK_RUNS runs a call, THREADS
     calls at once; None where the server has no such call."""
-    calls = [(key, run_ids[i:i + BULK_RUNS]) for key in keys
-             for i in range(0, len(run_ids), BULK_RUNS)]
+    calls = [
+        (key, run_ids[i : i + BULK_RUNS]) for key in keys for i in range(0, len(run_ids), BULK_RUNS)
+    ]
     if not calls:
         return _frame([])
     first = _bulk_call(request, *calls[0])
@@ -107,8 +118,11 @@ def _bulk(request, client: MlflowClient, run_ids: list[str], keys: list[str]) \
     frames, again = [], []
     for (key, ids), answer in zip(calls, answers):
         counts = answer["run_id"].value_counts()
-        sampled = set(ids) if answer["step"].nunique() >= BULK_MAX_RESULTS else \
-            set(counts.index[counts >= BULK_MAX_RESULTS])
+        sampled = (
+            set(ids)
+            if answer["step"].nunique() >= BULK_MAX_RESULTS
+            else set(counts.index[counts >= BULK_MAX_RESULTS])
+        )
         frames.append(answer[~answer["run_id"].isin(sampled)])
         again += [(run_id, key) for run_id in sampled]
     return pd.concat([*frames, _per_run(client, again)], ignore_index=True)
@@ -121,16 +135,30 @@ def _bulk_call(request, key: str, run_ids: list[str]) -> pd.DataFrame | None:
     if answer is None:
         return None
     # proto3 JSON leaves out zeros; NaN and +-inf come as "NaN", "Infinity", "-Infinity"
-    return _frame([(m["run_id"], key, int(m.get("step", 0)), float(m.get("value", 0.0)),
-                    int(m.get("timestamp", 0))) for m in answer.get("metrics", [])])
+    return _frame(
+        [
+            (
+                m["run_id"],
+                key,
+                int(m.get("step", 0)),
+                float(m.get("value", 0.0)),
+                int(m.get("timestamp", 0)),
+            )
+            for m in answer.get("metrics", [])
+        ]
+    )
 
 
 def _per_run(client: MlflowClient, pairs: list[tuple[str, str]]) -> pd.DataFrame:
     """get_metric_history per (run_id, key), THREADS at once."""
+
     def one(pair):
         run_id, key = pair
-        return [(run_id, key, m.step, m.value, m.timestamp)
-                for m in client.get_metric_history(run_id, key)]
+        return [
+            (run_id, key, m.step, m.value, m.timestamp)
+            for m in client.get_metric_history(run_id, key)
+        ]
+
     with ThreadPoolExecutor(THREADS) as pool:
         return _frame([row for rows in pool.map(one, pairs) for row in rows])
 
@@ -138,4 +166,5 @@ def _per_run(client: MlflowClient, pairs: list[tuple[str, str]]) -> pd.DataFrame
 def _frame(rows: list[tuple]) -> pd.DataFrame:
     """(run_id, key, step, value, timestamp) rows, typed."""
     return pd.DataFrame(rows, columns=[*COLUMNS, "timestamp"]).astype(
-        {"step": "int64", "value": "float64", "timestamp": "int64"})
+        {"step": "int64", "value": "float64", "timestamp": "int64"}
+    )

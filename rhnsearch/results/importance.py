@@ -1,21 +1,28 @@
 """Each hyperparameter's importance per architecture, by Optuna's importance evaluators run on
 an Optuna study rebuilt from a sweep's stored trials (value: the trial's best valid loss)."""
+
 import math
 from contextlib import contextmanager
 
 import optuna
 import pandas as pd
-from optuna.distributions import (BaseDistribution, CategoricalDistribution,
-                                  FloatDistribution, IntDistribution)
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
 from optuna.importance import FanovaImportanceEvaluator, PedAnovaImportanceEvaluator
 from optuna.trial import TrialState, create_trial
 
 from . import arch_order, store
 from .tables import finished
 
-EVALUATORS = {"fANOVA": lambda: FanovaImportanceEvaluator(seed=0),
-              "PED-ANOVA": PedAnovaImportanceEvaluator}
-MIN_TRIALS = 4   # fewer usable trials of an architecture: no importance for it
+EVALUATORS = {
+    "fANOVA": lambda: FanovaImportanceEvaluator(seed=0),
+    "PED-ANOVA": PedAnovaImportanceEvaluator,
+}
+MIN_TRIALS = 4  # fewer usable trials of an architecture: no importance for it
 VALUE = "metrics.best_valid_loss"
 
 
@@ -55,10 +62,18 @@ def study(trials: pd.DataFrame, names: list) -> optuna.Study:
     out = optuna.create_study(direction="minimize")
     for _, row in trials.iterrows():
         params = {n.removeprefix("params."): python(row[n]) for n in names if pd.notna(row[n])}
-        out.add_trial(create_trial(
-            params=params, value=float(row[VALUE]), state=TrialState.COMPLETE,
-            distributions={n.removeprefix("params."): dists[n] for n in names
-                           if n.removeprefix("params.") in params}))
+        out.add_trial(
+            create_trial(
+                params=params,
+                value=float(row[VALUE]),
+                state=TrialState.COMPLETE,
+                distributions={
+                    n.removeprefix("params."): dists[n]
+                    for n in names
+                    if n.removeprefix("params.") in params
+                },
+            )
+        )
     return out
 
 
@@ -72,19 +87,31 @@ def importances(trials: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
         mine = usable[usable["params.arch"] == arch]
         names = store.hyperparameters(mine)
         if len(mine) < MIN_TRIALS:
-            skipped[arch] = (f"{len(mine)} finished trial{'s' * (len(mine) != 1)} with a "
-                             f"finite validation loss; importance needs {MIN_TRIALS}")
+            skipped[arch] = (
+                f"{len(mine)} finished trial{'s' * (len(mine) != 1)} with a "
+                f"finite validation loss; importance needs {MIN_TRIALS}"
+            )
             continue
         if not names:
             skipped[arch] = "no hyperparameter varies among its finished trials"
             continue
         with quiet():
             built = study(mine, names)
-            found = {evaluator: optuna.importance.get_param_importances(built, evaluator=make())
-                     for evaluator, make in EVALUATORS.items()}
+            found = {
+                evaluator: optuna.importance.get_param_importances(built, evaluator=make())
+                for evaluator, make in EVALUATORS.items()
+            }
         for evaluator, values in found.items():
-            rows += [{"arch": arch, "evaluator": evaluator, "hyperparameter": name,
-                      "importance": float(values.get(name, math.nan)), "trials": len(mine)}
-                     for name in (n.removeprefix("params.") for n in names)]
-    return pd.DataFrame(rows, columns=["arch", "evaluator", "hyperparameter", "importance",
-                                       "trials"]), skipped
+            rows += [
+                {
+                    "arch": arch,
+                    "evaluator": evaluator,
+                    "hyperparameter": name,
+                    "importance": float(values.get(name, math.nan)),
+                    "trials": len(mine),
+                }
+                for name in (n.removeprefix("params.") for n in names)
+            ]
+    return pd.DataFrame(
+        rows, columns=["arch", "evaluator", "hyperparameter", "importance", "trials"]
+    ), skipped

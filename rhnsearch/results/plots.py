@@ -1,5 +1,6 @@
 """The papers' figures from one sweep's MLflow runs (PNG or SVG), and their logging as
 artifacts of the sweep's parent run."""
+
 import logging
 import tempfile
 import textwrap
@@ -20,7 +21,7 @@ from ..errors import UserError, first_line
 from . import arch_label, arch_order, store
 from .export import atomic, check_out
 from .studies import Groups, kind_of
-from .tables import best_per_cell, finished, swept_in_depth, sweep_dataset
+from .tables import best_per_cell, finished, sweep_dataset, swept_in_depth
 
 log = logging.getLogger(__name__)
 PLOT_OUT = (".png", ".svg")
@@ -30,8 +31,10 @@ LOG_SPAN = 2.0  # the swarm's loss axis is log-scaled where its losses span more
 
 
 def _title(sweep: pd.Series, trials: pd.DataFrame, what: str) -> str:
-    return (f"{what}\n{sweep_dataset(trials)} · sweep {sweep['sweep']} · preset "
-            f"{sweep['preset']} · {len(trials)} trials")
+    return (
+        f"{what}\n{sweep_dataset(trials)} · sweep {sweep['sweep']} · preset "
+        f"{sweep['preset']} · {len(trials)} trials"
+    )
 
 
 def fitted(text: str, fig: Figure, fontsize: float, share: float = 1.0) -> str:
@@ -77,18 +80,31 @@ def swarm(sweep: pd.Series, trials: pd.DataFrame, metric: str = "best_valid_loss
     log = bool(len(finite)) and finite.min() > 0 and finite.max() > LOG_SPAN * finite.min()
     if log:
         ax.set_yscale("log")  # before the swarm: seaborn places its points in log space
-    to_axis, from_axis = (np.log10, lambda v: 10 ** v) if log else (float, float)
+    to_axis, from_axis = (np.log10, lambda v: 10**v) if log else (float, float)
     low, high = (to_axis(finite.min()), to_axis(finite.max())) if len(finite) else (0.0, 1.0)
     span = high - low if high > low else max(abs(high) * 0.1, 1e-6)
     line, top = from_axis(high + 0.08 * span), from_axis(high + 0.15 * span)
-    points = trials[ok].assign(arch=trials["params.arch"].map(arch_label),
-                               loss=loss, depth=trials["params.depth"].astype(int))
+    points = trials[ok].assign(
+        arch=trials["params.arch"].map(arch_label),
+        loss=loss,
+        depth=trials["params.depth"].astype(int),
+    )
     if not points.empty:
         with warnings.catch_warnings():  # dense swarms: some points overlap, that is fine
             warnings.simplefilter("ignore", UserWarning)
-            sns.swarmplot(data=points, x="depth", y="loss", hue="arch", order=depths,
-                          hue_order=labels, dodge=True, size=4 if len(points) > 200 else 5,
-                          ax=ax, legend=False, palette=[colors[a] for a in archs])
+            sns.swarmplot(
+                data=points,
+                x="depth",
+                y="loss",
+                hue="arch",
+                order=depths,
+                hue_order=labels,
+                dodge=True,
+                size=4 if len(points) > 200 else 5,
+                ax=ax,
+                legend=False,
+                palette=[colors[a] for a in archs],
+            )
         hollow_stopped(ax, points.loc[points["status"] == "stopped", "loss"])
         for collection in ax.collections:
             collection.set_gid("shown")
@@ -96,43 +112,93 @@ def swarm(sweep: pd.Series, trials: pd.DataFrame, metric: str = "best_valid_loss
     for (arch, depth), cell in trials[diverged].groupby(["params.arch", "params.depth"]):
         center = depths.index(depth) - DODGE_WIDTH / 2 + band * (archs.index(arch) + 0.5)
         xs = center + np.linspace(-band / 3, band / 3, len(cell) + 2)[1:-1]
-        ax.scatter(xs, [top] * len(cell), color=colors[arch], gid="diverged", zorder=3,
-                   marker="X", s=70, linewidth=0.6, edgecolors="black")
+        ax.scatter(
+            xs,
+            [top] * len(cell),
+            color=colors[arch],
+            gid="diverged",
+            zorder=3,
+            marker="X",
+            s=70,
+            linewidth=0.6,
+            edgecolors="black",
+        )
     ax.axhline(line, color="grey", linestyle="--", linewidth=0.8)
     ax.set_xticks(range(len(depths)), depths)
     ax.set_xlim(-0.5, len(depths) - 0.5)
     ax.set_ylim(from_axis(low - 0.05 * span), from_axis(high + 0.21 * span))
     locator = LogLocator(subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0)) if log else MaxNLocator(6)
-    ticks = [t for t in locator.tick_values(from_axis(low), from_axis(high))
-             if low - 0.05 * span <= to_axis(t) <= high + 0.04 * span]
+    ticks = [
+        t
+        for t in locator.tick_values(from_axis(low), from_axis(high))
+        if low - 0.05 * span <= to_axis(t) <= high + 0.04 * span
+    ]
     ax.yaxis.set_minor_locator(NullLocator())
     ax.set_yticks([*ticks, top], [f"{t:.3g}" for t in ticks] + ["diverged"])
     ax.set_xlabel("recurrence depth")
     ax.set_ylabel(f"{metric} ({_unit(trials)}{', log scale' if log else ''})")
     swarm_legend(ax, trials, archs, colors)
-    notes = ", ".join(f"{n} {'stopped early' if s == 'stopped' else s}"
-                      for s, n in trials["status"].value_counts().items() if s != "diverged")
-    ax.set_title(fitted(_title(sweep, trials, f"{metric} of each random setting ({notes})"),
-                        fig, 10, share=0.75), fontsize=10)
+    notes = ", ".join(
+        f"{n} {'stopped early' if s == 'stopped' else s}"
+        for s, n in trials["status"].value_counts().items()
+        if s != "diverged"
+    )
+    ax.set_title(
+        fitted(
+            _title(sweep, trials, f"{metric} of each random setting ({notes})"), fig, 10, share=0.75
+        ),
+        fontsize=10,
+    )
     return fig
 
 
 def swarm_legend(ax, trials: pd.DataFrame, archs: list, colors: dict):
     """The swarm's legend: each arch with its divergences, then each kind of marker counted."""
     diverged = trials["status"].eq("diverged")
-    handles = [Line2D([], [], marker="o", linestyle="", color=colors[a],
-                      label=f"{arch_label(a)}: {int(diverged[trials['params.arch'] == a].sum())}"
-                      f" of {int((trials['params.arch'] == a).sum())} diverged")
-               for a in archs]
+    handles = [
+        Line2D(
+            [],
+            [],
+            marker="o",
+            linestyle="",
+            color=colors[a],
+            label=f"{arch_label(a)}: {int(diverged[trials['params.arch'] == a].sum())}"
+            f" of {int((trials['params.arch'] == a).sum())} diverged",
+        )
+        for a in archs
+    ]
     counts = trials["status"].value_counts()
-    handles += [Line2D([], [], marker="o", linestyle="", color="black",
-                       label=f"filled: completed ({counts.get('completed', 0)})"),
-                Line2D([], [], marker="o", linestyle="", color="white", markeredgecolor="black",
-                       label=f"hollow: stopped early by ASHA ({counts.get('stopped', 0)})"),
-                Line2D([], [], marker="X", linestyle="", color="white", markeredgecolor="black",
-                       label=f"diverged (at top): {int(diverged.sum())} of {len(trials)}")]
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8,
-              frameon=False)
+    handles += [
+        Line2D(
+            [],
+            [],
+            marker="o",
+            linestyle="",
+            color="black",
+            label=f"filled: completed ({counts.get('completed', 0)})",
+        ),
+        Line2D(
+            [],
+            [],
+            marker="o",
+            linestyle="",
+            color="white",
+            markeredgecolor="black",
+            label=f"hollow: stopped early by ASHA ({counts.get('stopped', 0)})",
+        ),
+        Line2D(
+            [],
+            [],
+            marker="X",
+            linestyle="",
+            color="white",
+            markeredgecolor="black",
+            label=f"diverged (at top): {int(diverged.sum())} of {len(trials)}",
+        ),
+    ]
+    ax.legend(
+        handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8, frameon=False
+    )
 
 
 def hollow_stopped(ax, stopped_losses: pd.Series):
@@ -144,8 +210,9 @@ def hollow_stopped(ax, stopped_losses: pd.Series):
             continue
         face = np.repeat(collection.get_facecolors()[:1], len(ys), axis=0)
         edge = face.copy()
-        stopped = np.isclose(ys[:, None], stopped_losses.to_numpy()[None, :], rtol=1e-9,
-                             atol=0).any(axis=1)  # a log axis gives them back rounded
+        stopped = np.isclose(
+            ys[:, None], stopped_losses.to_numpy()[None, :], rtol=1e-9, atol=0
+        ).any(axis=1)  # a log axis gives them back rounded
         face[stopped] = (1, 1, 1, 1)
         collection.set_facecolors(face)
         collection.set_edgecolors(edge)
@@ -170,17 +237,35 @@ def depth_curves(sweep: pd.Series, trials: pd.DataFrame, groups: Groups) -> Figu
     for ax, column, name in zip(axes, ("valid", "test"), ("valid", "test")):
         for color, (value, label, suffix) in zip(colors, groups.groups):
             mine = cells[cells["key"] == value].sort_values("depth")
-            ax.plot(mine["depth"], mine[column], "o-", color=color,
-                    label=f"{label}, {ds} (measured)")
-            ax.plot(pub.index, pub[column + suffix], "s--", color=color, mfc="none",
-                    label=f"{label}, PTB (published{groups.note})")
+            ax.plot(
+                mine["depth"], mine[column], "o-", color=color, label=f"{label}, {ds} (measured)"
+            )
+            ax.plot(
+                pub.index,
+                pub[column + suffix],
+                "s--",
+                color=color,
+                mfc="none",
+                label=f"{label}, PTB (published{groups.note})",
+            )
             if star and value == star["tied"]:
-                ax.plot([star["depth"]], [star[column]], "*", color=color, ms=11,
-                        label=f"{label}, PTB (published, weight decay "
-                        f"{star['weight_decay']:g})")
+                ax.plot(
+                    [star["depth"]],
+                    [star[column]],
+                    "*",
+                    color=color,
+                    ms=11,
+                    label=f"{label}, PTB (published, weight decay {star['weight_decay']:g})",
+                )
             bad = mine[mine["status"].isin(["diverged", "failed"])]
-            ax.scatter(bad["depth"], [0.97] * len(bad), marker="X", color=color, s=60,
-                       transform=blended_transform_factory(ax.transData, ax.transAxes))
+            ax.scatter(
+                bad["depth"],
+                [0.97] * len(bad),
+                marker="X",
+                color=color,
+                s=60,
+                transform=blended_transform_factory(ax.transData, ax.transAxes),
+            )
         ax.set_yscale("log")
         ax.set_xlabel("recurrence depth")
         ax.set_title(f"{name} perplexity", fontsize=10)
@@ -188,40 +273,67 @@ def depth_curves(sweep: pd.Series, trials: pd.DataFrame, groups: Groups) -> Figu
         ax.grid(alpha=0.3, which="both")
     axes[0].set_ylabel("perplexity (log scale)")
     missing = int(cells["test"].isna().sum())
-    axes[1].set_title(fitted(f"test perplexity ({missing} of {len(cells)} measured cells have "
-                             "none: best trial stopped early by ASHA, diverged (X at top) or "
-                             "failed)", fig, 9, share=0.45), fontsize=9)
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=2,
-               fontsize=8)
-    fig.suptitle(fitted(_title(sweep, trials, f"{sweep['study']}: perplexity vs depth; "
-                               f"published: {groups.source}"), fig, 10), fontsize=10)
+    axes[1].set_title(
+        fitted(
+            f"test perplexity ({missing} of {len(cells)} measured cells have "
+            "none: best trial stopped early by ASHA, diverged (X at top) or "
+            "failed)",
+            fig,
+            9,
+            share=0.45,
+        ),
+        fontsize=9,
+    )
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=2, fontsize=8)
+    fig.suptitle(
+        fitted(
+            _title(
+                sweep, trials, f"{sweep['study']}: perplexity vs depth; published: {groups.source}"
+            ),
+            fig,
+            10,
+        ),
+        fontsize=10,
+    )
     return fig
 
 
-def curves(sweep: pd.Series, trials: pd.DataFrame, exp: store.Experiment, top: int = 5,
-           metric: str = "valid_loss") -> Figure:
+def curves(
+    sweep: pd.Series,
+    trials: pd.DataFrame,
+    exp: store.Experiment,
+    top: int = 5,
+    metric: str = "valid_loss",
+) -> Figure:
     """METRIC per epoch of the TOP trials by best validation loss (not diverged)."""
-    best = trials[finished(trials, "best_valid_loss")].nsmallest(top,
-                                                                 "metrics.best_valid_loss")
+    best = trials[finished(trials, "best_valid_loss")].nsmallest(top, "metrics.best_valid_loss")
     if best.empty:
-        raise UserError(f"sweep {sweep['sweep']} has no trial with a finite validation loss "
-                        "to draw: every trial diverged, failed or is still running")
+        raise UserError(
+            f"sweep {sweep['sweep']} has no trial with a finite validation loss "
+            "to draw: every trial diverged, failed or is still running"
+        )
     hist = store.history(exp, best)
     fig = Figure(figsize=(8, 5), layout="constrained")
     ax = fig.add_subplot()
     for rank, (_, run) in enumerate(best.iterrows(), 1):
         rows = hist[hist["run_id"] == run["run_id"]]
         tied = " WT" if pd.notna(run.get("params.tied")) and run["params.tied"] else ""
-        ax.plot(rows["epoch"], rows[f"metrics.{metric}"], marker=".",
-                label=f"#{rank} {arch_label(run['params.arch'])} depth "
-                f"{run['params.depth']} width {run['params.width']}{tied} "
-                f"({run['trial_id']}, {run['status']}): best {run['metrics.best_valid_loss']:.4g}")
+        ax.plot(
+            rows["epoch"],
+            rows[f"metrics.{metric}"],
+            marker=".",
+            label=f"#{rank} {arch_label(run['params.arch'])} depth "
+            f"{run['params.depth']} width {run['params.width']}{tied} "
+            f"({run['trial_id']}, {run['status']}): best {run['metrics.best_valid_loss']:.4g}",
+        )
     ax.set_xlabel("epoch")
     ax.set_ylabel(f"{metric} ({_unit(trials)})")
     fig.legend(loc="outside lower center", fontsize=7)
     ax.grid(alpha=0.3)
-    ax.set_title(fitted(_title(sweep, trials, f"Learning curves of the top {len(best)} trials"),
-                        fig, 10), fontsize=10)
+    ax.set_title(
+        fitted(_title(sweep, trials, f"Learning curves of the top {len(best)} trials"), fig, 10),
+        fontsize=10,
+    )
     return fig
 
 
@@ -232,8 +344,7 @@ def _axis(values: pd.Series) -> tuple[pd.Series, list, list]:
     if pd.api.types.is_bool_dtype(values) or not pd.api.types.is_numeric_dtype(values):
         kinds = sorted(present.unique(), key=str)
         ticks = list(np.linspace(0, 1, len(kinds))) if len(kinds) > 1 else [0.5]
-        return values.map(dict(zip(kinds, ticks))).astype("float64"), ticks, \
-            [str(k) for k in kinds]
+        return values.map(dict(zip(kinds, ticks))).astype("float64"), ticks, [str(k) for k in kinds]
     scale = np.log10 if store.log_scaled(values) else (lambda v: v)
     numbers = values.astype("float64")
     low, high = scale(present.min()), scale(present.max())
@@ -241,13 +352,15 @@ def _axis(values: pd.Series) -> tuple[pd.Series, list, list]:
     if pd.api.types.is_integer_dtype(values) and present.nunique() <= 10:
         marks = sorted(present.unique())
     else:
-        marks = [10 ** v if scale is np.log10 else v for v in np.linspace(low, high, 5)]
-    return (scale(numbers) - low) / width, [(scale(m) - low) / width for m in marks], \
-        [f"{m:.3g}" for m in marks]
+        marks = [10**v if scale is np.log10 else v for v in np.linspace(low, high, 5)]
+    return (
+        (scale(numbers) - low) / width,
+        [(scale(m) - low) / width for m in marks],
+        [f"{m:.3g}" for m in marks],
+    )
 
 
-def parallel(sweep: pd.Series, trials: pd.DataFrame,
-             metric: str = "best_valid_loss") -> Figure:
+def parallel(sweep: pd.Series, trials: pd.DataFrame, metric: str = "best_valid_loss") -> Figure:
     """Parallel coordinates: one line per trial across the hyperparameters that vary in the
     sweep (`store.hyperparameters`) and METRIC. Finished trials are coloured by METRIC (best
     drawn last); METRIC's axis stops at `loss_axis_top` (lines above it end at a '>' mark);
@@ -267,40 +380,81 @@ def parallel(sweep: pd.Series, trials: pd.DataFrame,
     xs = np.arange(len(names) + 1)
     cmap, norm = matplotlib.colormaps["viridis"], matplotlib.colors.Normalize(low, clip)
     order = loss[ok].sort_values(ascending=False).index  # best last, on top
-    lines = LineCollection([np.column_stack([xs, ys[trials.index.get_loc(i)]]) for i in order],
-                           colors=cmap(norm(shown[order].to_numpy())), linewidths=1.4,
-                           alpha=0.85, gid="finished", zorder=2)
+    lines = LineCollection(
+        [np.column_stack([xs, ys[trials.index.get_loc(i)]]) for i in order],
+        colors=cmap(norm(shown[order].to_numpy())),
+        linewidths=1.4,
+        alpha=0.85,
+        gid="finished",
+        zorder=2,
+    )
     ax.add_collection(lines)
-    ax.add_collection(LineCollection(
-        [np.column_stack([xs, ys[trials.index.get_loc(i)]]) for i in trials.index[diverged]],
-        colors="grey", linestyles="--", linewidths=1.0, gid="diverged", zorder=1))
+    ax.add_collection(
+        LineCollection(
+            [np.column_stack([xs, ys[trials.index.get_loc(i)]]) for i in trials.index[diverged]],
+            colors="grey",
+            linestyles="--",
+            linewidths=1.0,
+            gid="diverged",
+            zorder=1,
+        )
+    )
     loss_ticks = MaxNLocator(5).tick_values(low, clip)
     loss_ticks = [t for t in loss_ticks if low <= t <= low + 0.93 * (clip - low)] or [low]
-    ticks = [(a[1], a[2]) for a in axes] + [(
-        [(t - low) / (clip - low if clip > low else 1.0) for t in loss_ticks]
-        + ([1.08] if above.any() else []) + ([1.16] if diverged.any() else []),
-        [f"{t:.4g}" for t in loss_ticks] + ([f"> {clip:.4g}"] if above.any() else [])
-        + (["diverged"] if diverged.any() else []))]
+    ticks = [(a[1], a[2]) for a in axes] + [
+        (
+            [(t - low) / (clip - low if clip > low else 1.0) for t in loss_ticks]
+            + ([1.08] if above.any() else [])
+            + ([1.16] if diverged.any() else []),
+            [f"{t:.4g}" for t in loss_ticks]
+            + ([f"> {clip:.4g}"] if above.any() else [])
+            + (["diverged"] if diverged.any() else []),
+        )
+    ]
     for x, (positions, labels) in zip(xs, ticks):
         ax.axvline(x, color="black", linewidth=0.8, zorder=0)
         for y, label in zip(positions, labels):
-            ax.text(x - 0.04, y, label, ha="right", va="center", fontsize=7,
-                    bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.7, "pad": 0.5})
-    ax.set_xticks(xs, [n.removeprefix("params.") + (" (log)" if store.log_scaled(trials[n])
-                                                   else "") for n in names] + [metric])
+            ax.text(
+                x - 0.04,
+                y,
+                label,
+                ha="right",
+                va="center",
+                fontsize=7,
+                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.7, "pad": 0.5},
+            )
+    ax.set_xticks(
+        xs,
+        [
+            n.removeprefix("params.") + (" (log)" if store.log_scaled(trials[n]) else "")
+            for n in names
+        ]
+        + [metric],
+    )
     ax.set_xlim(-0.6, len(names) + 0.3)
     ax.set_ylim(-0.05, 1.22)
     ax.set_yticks([])
     for side in ("left", "right", "top"):
         ax.spines[side].set_visible(False)
-    fig.colorbar(matplotlib.cm.ScalarMappable(norm, cmap), ax=ax, label=f"{metric}"
-                 + (f" (clipped at {clip:.4g})" if above.any() else ""), shrink=0.8)
+    fig.colorbar(
+        matplotlib.cm.ScalarMappable(norm, cmap),
+        ax=ax,
+        label=f"{metric}" + (f" (clipped at {clip:.4g})" if above.any() else ""),
+        shrink=0.8,
+    )
     counts = trials["status"].value_counts()
-    notes = ", ".join(f"{n} {'stopped early' if s == 'stopped' else s}"
-                      for s, n in counts.items())
+    notes = ", ".join(f"{n} {'stopped early' if s == 'stopped' else s}" for s, n in counts.items())
     failed = "; failed trials not drawn" if counts.get("failed", 0) else ""
-    ax.set_title(fitted(_title(sweep, trials, f"Settings of each trial and the {metric} "
-                               f"reached\n({notes}{failed})"), fig, 10), fontsize=10)
+    ax.set_title(
+        fitted(
+            _title(
+                sweep, trials, f"Settings of each trial and the {metric} reached\n({notes}{failed})"
+            ),
+            fig,
+            10,
+        ),
+        fontsize=10,
+    )
     return fig
 
 
@@ -309,10 +463,14 @@ def importance_bars(frame: pd.DataFrame) -> Figure:
     (the frame of `importance.importances`)."""
     archs = list(dict.fromkeys(frame["arch"]))
     evaluators = list(dict.fromkeys(frame["evaluator"]))
-    names = max((list(dict.fromkeys(frame.loc[frame["arch"] == a, "hyperparameter"]))
-                 for a in archs), key=len)
-    fig = Figure(figsize=(max(4.0 * len(archs), 6.0), 2.2 + 0.25 * len(names) *
-                          len(evaluators)), layout="constrained")
+    names = max(
+        (list(dict.fromkeys(frame.loc[frame["arch"] == a, "hyperparameter"])) for a in archs),
+        key=len,
+    )
+    fig = Figure(
+        figsize=(max(4.0 * len(archs), 6.0), 2.2 + 0.25 * len(names) * len(evaluators)),
+        layout="constrained",
+    )
     axes = fig.subplots(1, len(archs), sharex=True, squeeze=False)[0]
     colors = sns.color_palette("colorblind", len(evaluators))
     height = 0.8 / len(evaluators)
@@ -321,35 +479,53 @@ def importance_bars(frame: pd.DataFrame) -> Figure:
         for k, (evaluator, color) in enumerate(zip(evaluators, colors)):
             values = mine[mine["evaluator"] == evaluator].set_index("hyperparameter")
             values = values["importance"].reindex(names)
-            ax.barh(np.arange(len(names)) + (k - (len(evaluators) - 1) / 2) * height,
-                    values.fillna(0), height=height, color=color, label=evaluator)
+            ax.barh(
+                np.arange(len(names)) + (k - (len(evaluators) - 1) / 2) * height,
+                values.fillna(0),
+                height=height,
+                color=color,
+                label=evaluator,
+            )
         ax.set_yticks(range(len(names)), names)
         ax.invert_yaxis()
         ax.set_xlim(0, 1)
         ax.grid(axis="x", alpha=0.3)
         ax.set_title(f"{arch_label(arch)} ({mine['trials'].iloc[0]} trials)", fontsize=10)
         ax.set_xlabel("importance (sums to 1)")
-    fig.legend(*axes[-1].get_legend_handles_labels(), loc="outside lower center",
-               ncol=len(evaluators), fontsize=8)
+    fig.legend(
+        *axes[-1].get_legend_handles_labels(),
+        loc="outside lower center",
+        ncol=len(evaluators),
+        fontsize=8,
+    )
     return fig
 
 
-def make(kind: str, exp: store.Experiment, sweep: str | None = None,
-         metric: str | None = None, top: int = 5) -> Figure:
+def make(
+    kind: str,
+    exp: store.Experiment,
+    sweep: str | None = None,
+    metric: str | None = None,
+    top: int = 5,
+) -> Figure:
     """The figure KIND drawn from a sweep of EXP (default: its latest sweep)."""
     chosen, trials = store.sweep_trials(exp, sweep)
     metric = metric or ("best_valid_loss" if kind == "swarm" else "valid_loss")
     if f"metrics.{metric}" not in trials:
-        raise UserError(f"no metric {metric!r} in sweep {chosen['sweep']}: use one of "
-                        f"{', '.join(c[8:] for c in trials if c.startswith('metrics.'))}")
+        raise UserError(
+            f"no metric {metric!r} in sweep {chosen['sweep']}: use one of "
+            f"{', '.join(c[8:] for c in trials if c.startswith('metrics.'))}"
+        )
     if kind == "swarm":
         return swarm(chosen, trials, metric)
     if kind == "curves":
         return curves(chosen, trials, exp, top, metric)
     groups = kind_of(chosen).groups
     if groups is None:
-        raise UserError(f"sweep {chosen['sweep']} has no published depth curve to draw "
-                        "against (its space's report kind has none): draw swarm or curves")
+        raise UserError(
+            f"sweep {chosen['sweep']} has no published depth curve to draw "
+            "against (its space's report kind has none): draw swarm or curves"
+        )
     return depth_curves(chosen, trials, groups)
 
 
@@ -359,9 +535,16 @@ def save(fig: Figure, path: Path):
         fig.savefig(tmp, format=path.suffix.lower()[1:], dpi=150)
 
 
-def plot(kind: str, out, experiment: str | None = None, tracking_uri: str | None = None,
-         sweep: str | None = None, metric: str | None = None, top: int = 5,
-         force: bool = False) -> Path:
+def plot(
+    kind: str,
+    out,
+    experiment: str | None = None,
+    tracking_uri: str | None = None,
+    sweep: str | None = None,
+    metric: str | None = None,
+    top: int = 5,
+    force: bool = False,
+) -> Path:
     """Draw the figure KIND from the store into OUT (.png or .svg)."""
     path = check_out(out, PLOT_OUT, force)
     if top < 1:
@@ -376,14 +559,19 @@ def log_sweep_plots(client, experiment_id: str, parent_run_id: str):
     Never raises: a plot that cannot be drawn is a warning, not a failed sweep."""
     try:
         parent = client.get_run(parent_run_id)
-        exp = store.Experiment(client.get_experiment(experiment_id).name, experiment_id,
-                               client.tracking_uri, client)
+        exp = store.Experiment(
+            client.get_experiment(experiment_id).name, experiment_id, client.tracking_uri, client
+        )
         kinds = (kind_of(store.pick_sweep(exp, parent.data.tags.get("sweep"))).figure, "curves")
         with tempfile.TemporaryDirectory() as tmp:
             for kind in kinds:
                 save(make(kind, exp, parent.data.tags.get("sweep")), Path(tmp) / f"{kind}.png")
             client.log_artifacts(parent_run_id, tmp, "plots")
     except Exception as exc:  # noqa: BLE001 - plots are a courtesy, the sweep has succeeded
-        log.warning("could not log the sweep's plots to MLflow run %s (%s: %s); draw them "
-                    "with `rhnsearch results plot`", parent_run_id, type(exc).__name__,
-                    first_line(exc))
+        log.warning(
+            "could not log the sweep's plots to MLflow run %s (%s: %s); draw them "
+            "with `rhnsearch results plot`",
+            parent_run_id,
+            type(exc).__name__,
+            first_line(exc),
+        )

@@ -2,6 +2,7 @@
 figure, its measured-vs-published table, top-k learning curves, parallel coordinates of the
 settings, each hyperparameter's importance per architecture, and the runs' provenance.
 Figures are embedded as base64 PNG; the page has no script and loads nothing from elsewhere."""
+
 import base64
 import io
 import logging
@@ -15,14 +16,20 @@ from matplotlib.figure import Figure
 from ..errors import UserError, first_line
 from ..provenance import TAGS
 from . import arch_label, importance, plots, store, tables
-from .studies import Kind, kind_of
 from .export import atomic, check_out, html_table
+from .studies import Kind, kind_of
 
 log = logging.getLogger(__name__)
 REPORT_OUT = (".html",)
-SECTIONS = {"header": "Sweep", "figure": "The study's figure", "table": "Measured and published",
-            "curves": "Learning curves", "parallel": "Settings (parallel coordinates)",
-            "importance": "Hyperparameter importance", "provenance": "Provenance"}
+SECTIONS = {
+    "header": "Sweep",
+    "figure": "The study's figure",
+    "table": "Measured and published",
+    "curves": "Learning curves",
+    "parallel": "Settings (parallel coordinates)",
+    "importance": "Hyperparameter importance",
+    "provenance": "Provenance",
+}
 STATUSES = ("completed", "stopped", "diverged", "failed", "running")
 STYLE = """
 body { font: 15px/1.45 system-ui, sans-serif; color: #1a1a1a; margin: 0 auto; max-width: 1200px;
@@ -87,24 +94,44 @@ def header(exp: store.Experiment, chosen: pd.Series, trials: pd.DataFrame, paren
     else:
         wall = "not recorded (the sweep has not finished)"
     counts = trials["status"].value_counts()
-    status = [(s, int(counts.get(s, 0))) for s in STATUSES] + \
-        [(s, int(n)) for s, n in counts.items() if s not in STATUSES]
-    rows = [("experiment", exp.name), ("sweep", chosen["sweep"]),
-            ("study", chosen["study"] or "not recorded"),
-            ("preset", chosen["preset"] or "not recorded"),
-            ("dataset", tables.sweep_dataset(trials)),
-            ("started", pd.Timestamp(info.start_time, unit="ms", tz="UTC").isoformat(
-                timespec="seconds")),
-            ("wall time", wall)]
+    status = [(s, int(counts.get(s, 0))) for s in STATUSES] + [
+        (s, int(n)) for s, n in counts.items() if s not in STATUSES
+    ]
+    rows = [
+        ("experiment", exp.name),
+        ("sweep", chosen["sweep"]),
+        ("study", chosen["study"] or "not recorded"),
+        ("preset", chosen["preset"] or "not recorded"),
+        ("dataset", tables.sweep_dataset(trials)),
+        (
+            "started",
+            pd.Timestamp(info.start_time, unit="ms", tz="UTC").isoformat(timespec="seconds"),
+        ),
+        ("wall time", wall),
+    ]
     if "train_seconds" in metrics:
         rows.append(("training time (sum over trials)", duration(metrics["train_seconds"])))
     for unit in ("gpu_hours", "cpu_hours"):  # what the trials held, next to the plan's
         if metrics.get(unit) or f"planned_{unit}" in metrics:
             planned = metrics.get(f"planned_{unit}")
-            rows.append((f"{unit[:3].upper()}-hours spent", f"{metrics.get(unit, 0):.3f}" + (
-                f" (planned {planned:.3f})" if planned is not None else " (no plan recorded)")))
-    rows.append(("trials", f"{len(trials)}: " + ", ".join(
-        f"{n} {'stopped early' if s == 'stopped' else s}" for s, n in status)))
+            rows.append(
+                (
+                    f"{unit[:3].upper()}-hours spent",
+                    f"{metrics.get(unit, 0):.3f}"
+                    + (
+                        f" (planned {planned:.3f})"
+                        if planned is not None
+                        else " (no plan recorded)"
+                    ),
+                )
+            )
+    rows.append(
+        (
+            "trials",
+            f"{len(trials)}: "
+            + ", ".join(f"{n} {'stopped early' if s == 'stopped' else s}" for s, n in status),
+        )
+    )
     title = f"{escape(exp.name)} · sweep {escape(chosen['sweep'])}"
     return f"<h1>{title}</h1>\n" + facts(rows, "header-facts")
 
@@ -114,32 +141,48 @@ def study_figure(chosen: pd.Series, trials: pd.DataFrame) -> str:
     published numbers, or the swarm of every setting where there are several cells."""
     kind = kind_of(chosen)
     if kind.figure == "depth":
-        return drawn(lambda: plots.depth_curves(chosen, trials, kind.groups),
-                     f"{chosen['study']}: perplexity vs depth, published numbers overlaid")
+        return drawn(
+            lambda: plots.depth_curves(chosen, trials, kind.groups),
+            f"{chosen['study']}: perplexity vs depth, published numbers overlaid",
+        )
     if trials["params.arch"].nunique() > 1 or trials["params.depth"].nunique() > 1:
-        return note("Each point is one setting's best_valid_loss, the quantity the search "
-                    "selects on and the table and the finding use (filled: completed, hollow: "
-                    "stopped early by ASHA, X: diverged); every setting that did not diverge "
-                    "is on the axis (log-scaled where the losses span more than a factor of "
-                    f"{plots.LOG_SPAN:g})." + gaps_sentence(kind, trials)) + \
-            drawn(lambda: plots.swarm(chosen, trials), "loss of each setting vs depth")
+        return note(
+            "Each point is one setting's best_valid_loss, the quantity the search "
+            "selects on and the table and the finding use (filled: completed, hollow: "
+            "stopped early by ASHA, X: diverged); every setting that did not diverge "
+            "is on the axis (log-scaled where the losses span more than a factor of "
+            f"{plots.LOG_SPAN:g})." + gaps_sentence(kind, trials)
+        ) + drawn(lambda: plots.swarm(chosen, trials), "loss of each setting vs depth")
     return note("One (architecture, depth) cell: no swarm to draw; see the table.")
 
 
 def gaps_sentence(kind: Kind, trials: pd.DataFrame) -> str:
     """The finding's gaps to RHN at the deepest depth with their 95% intervals, as a
     sentence ('' for a study that measures none, or where there is no RHN or one depth)."""
-    if kind.measured is not tables.jsb_finding or trials["params.depth"].nunique() < 2 or \
-            "rhn" not in set(trials["params.arch"]):
+    if (
+        kind.measured is not tables.jsb_finding
+        or trials["params.depth"].nunique() < 2
+        or "rhn" not in set(trials["params.arch"])
+    ):
         return ""
     finding = tables.jsb_finding(trials)
     gap = next(c for c in finding.columns if c.startswith("gap to RHN"))
-    parts = [f"{row['arch']} {row[gap]:+.3f} {row['gap: 95% interval']}"
-             + (" (excludes 0)" if row["gap excludes 0"] == "yes" else " (includes 0)")
-             for _, row in finding.iterrows() if row["arch"] != "RHN"]
-    return (f" Gaps of each architecture's best best_valid_loss to RHN's at depth "
+    parts = [
+        f"{row['arch']} {row[gap]:+.3f} {row['gap: 95% interval']}"
+        + (" (excludes 0)" if row["gap excludes 0"] == "yes" else " (includes 0)")
+        for _, row in finding.iterrows()
+        if row["arch"] != "RHN"
+    ]
+    return (
+        (
+            f" Gaps of each architecture's best best_valid_loss to RHN's at depth "
             f"{gap.split()[-1]}, with 95% bootstrap intervals over the settings: "
-            + "; ".join(parts) + ".") if parts else ""
+            + "; ".join(parts)
+            + "."
+        )
+        if parts
+        else ""
+    )
 
 
 def study_table(chosen: pd.Series, trials: pd.DataFrame) -> str:
@@ -147,47 +190,63 @@ def study_table(chosen: pd.Series, trials: pd.DataFrame) -> str:
     losses for a study with no published numbers."""
     kind, finding = kind_of(chosen), ""
     if kind.measured and trials["params.depth"].nunique() > 1:
-        finding = note(kind.finding) + html_table(kind.measured(trials), kind.measured_caption,
-                                                  "finding-table")
-    return finding + html_table(kind.table(trials, "best_valid_loss"),
-                                kind.caption(chosen, trials, "best_valid_loss"), "study-table")
+        finding = note(kind.finding) + html_table(
+            kind.measured(trials), kind.measured_caption, "finding-table"
+        )
+    return finding + html_table(
+        kind.table(trials, "best_valid_loss"),
+        kind.caption(chosen, trials, "best_valid_loss"),
+        "study-table",
+    )
 
 
 def parallel(chosen: pd.Series, trials: pd.DataFrame) -> str:
     names = store.hyperparameters(trials)
     if not names:
         return note("No setting varies among the sweep's trials: nothing to compare.")
-    logged = [n.removeprefix("params.") + (" (log axis)" if store.log_scaled(trials[n])
-                                           else "") for n in names]
-    return note(f"One line per trial, axes: {', '.join(logged)} and best_valid_loss, each "
-                "scaled to its range; colour: best_valid_loss; dashed grey: diverged. The "
-                "seed, width and parameter count are left out (random, or solved from the "
-                "cell's budget).") + \
-        drawn(lambda: plots.parallel(chosen, trials), "parallel coordinates of the settings")
+    logged = [
+        n.removeprefix("params.") + (" (log axis)" if store.log_scaled(trials[n]) else "")
+        for n in names
+    ]
+    return note(
+        f"One line per trial, axes: {', '.join(logged)} and best_valid_loss, each "
+        "scaled to its range; colour: best_valid_loss; dashed grey: diverged. The "
+        "seed, width and parameter count are left out (random, or solved from the "
+        "cell's budget)."
+    ) + drawn(lambda: plots.parallel(chosen, trials), "parallel coordinates of the settings")
 
 
 def importances(trials: pd.DataFrame) -> str:
     """The evaluators' bar chart and one table per architecture (id importance-ARCH), and
     the architectures left out with the reason."""
     frame, skipped = importance.importances(trials)
-    parts = [note("Per architecture, an Optuna study is rebuilt from the trials that "
-                  "finished (completed or stopped early) with a finite best_valid_loss, its "
-                  "value; the hyperparameters are the settings that vary among them (not the "
-                  "seed, width or parameter count). Importances by "
-                  f"{' and '.join(importance.EVALUATORS)} (optuna.importance), each summing "
-                  "to 1; with few trials they are rough (PED-ANOVA wants 5 or more trials in "
-                  "its top 10%).")]
+    parts = [
+        note(
+            "Per architecture, an Optuna study is rebuilt from the trials that "
+            "finished (completed or stopped early) with a finite best_valid_loss, its "
+            "value; the hyperparameters are the settings that vary among them (not the "
+            "seed, width or parameter count). Importances by "
+            f"{' and '.join(importance.EVALUATORS)} (optuna.importance), each summing "
+            "to 1; with few trials they are rough (PED-ANOVA wants 5 or more trials in "
+            "its top 10%)."
+        )
+    ]
     if not frame.empty:
         parts.append(image(plots.importance_bars(frame), "importance per architecture"))
         for arch, mine in frame.groupby("arch", sort=False):
-            wide = mine.pivot(index="hyperparameter", columns="evaluator",
-                              values="importance")
-            wide = wide.reindex(index=list(dict.fromkeys(mine["hyperparameter"])),
-                                columns=list(importance.EVALUATORS)).reset_index()
+            wide = mine.pivot(index="hyperparameter", columns="evaluator", values="importance")
+            wide = wide.reindex(
+                index=list(dict.fromkeys(mine["hyperparameter"])),
+                columns=list(importance.EVALUATORS),
+            ).reset_index()
             wide.columns.name = None
-            parts.append(html_table(wide, f"{arch_label(arch)} ({arch}): "
-                                    f"{mine['trials'].iloc[0]} trials",
-                                    f"importance-{arch}"))
+            parts.append(
+                html_table(
+                    wide,
+                    f"{arch_label(arch)} ({arch}): {mine['trials'].iloc[0]} trials",
+                    f"importance-{arch}",
+                )
+            )
     for arch, reason in skipped.items():
         parts.append(note(f"{arch_label(arch)} ({arch}): no importance, {reason}."))
     return "\n".join(parts)
@@ -197,17 +256,32 @@ def provenance(exp: store.Experiment, chosen: pd.Series, parent) -> str:
     """Where the numbers come from: the store, the parent run and its settings, and the
     provenance tags of the sweep's runs ("not recorded" when none carries one)."""
     runs = [parent, *store.search(exp, f"tags.mlflow.parentRunId = '{chosen['run_id']}'")]
-    keys = sorted({k for r in runs for k in r.data.tags if k.startswith("mlflow.source.")
-                   or k.endswith("_version")} | set(TAGS),
-                  key=lambda k: (k not in TAGS, TAGS.index(k) if k in TAGS else 0, k))
-    rows = [("tracking URI", exp.tracking_uri), ("experiment id", exp.id),
-            ("parent run", chosen["run_id"]), ("artifacts", parent.info.artifact_uri)]
-    rows += [(f"sweep {key}", value or "none")
-             for key, value in sorted(parent.data.params.items())]
+    keys = sorted(
+        {
+            k
+            for r in runs
+            for k in r.data.tags
+            if k.startswith("mlflow.source.") or k.endswith("_version")
+        }
+        | set(TAGS),
+        key=lambda k: (k not in TAGS, TAGS.index(k) if k in TAGS else 0, k),
+    )
+    rows = [
+        ("tracking URI", exp.tracking_uri),
+        ("experiment id", exp.id),
+        ("parent run", chosen["run_id"]),
+        ("artifacts", parent.info.artifact_uri),
+    ]
+    rows += [(f"sweep {key}", value or "none") for key, value in sorted(parent.data.params.items())]
     for key in keys:
         values = pd.Series([r.data.tags.get(key) for r in runs]).dropna().value_counts()
-        rows.append((key, ", ".join(f"{v} ({n} of {len(runs)} runs)" for v, n in values.items())
-                     or "not recorded"))
+        rows.append(
+            (
+                key,
+                ", ".join(f"{v} ({n} of {len(runs)} runs)" for v, n in values.items())
+                or "not recorded",
+            )
+        )
     return facts(rows, "provenance-facts")
 
 
@@ -220,20 +294,32 @@ def render(exp: store.Experiment, sweep: str | None = None, top: int = 5) -> str
         "header": header(exp, chosen, trials, parent),
         "figure": study_figure(chosen, trials),
         "table": study_table(chosen, trials),
-        "curves": drawn(lambda: plots.curves(chosen, trials, exp, top),
-                        f"valid loss per epoch of the top {top} trials"),
+        "curves": drawn(
+            lambda: plots.curves(chosen, trials, exp, top),
+            f"valid loss per epoch of the top {top} trials",
+        ),
         "parallel": parallel(chosen, trials),
         "importance": importances(trials),
-        "provenance": provenance(exp, chosen, parent)}
+        "provenance": provenance(exp, chosen, parent),
+    }
     nav = " ".join(f'<a href="#{key}">{name}</a>' for key, name in SECTIONS.items())
-    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            f"<title>{escape(title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n"
-            f"<nav>{nav}</nav>\n" + "".join(section(k, v) for k, v in body.items())
-            + "</body>\n</html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f"<title>{escape(title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n"
+        f"<nav>{nav}</nav>\n"
+        + "".join(section(k, v) for k, v in body.items())
+        + "</body>\n</html>\n"
+    )
 
 
-def report(experiment: str, out, tracking_uri: str | None = None, sweep: str | None = None,
-           top: int = 5, force: bool = False) -> Path:
+def report(
+    experiment: str,
+    out,
+    tracking_uri: str | None = None,
+    sweep: str | None = None,
+    top: int = 5,
+    force: bool = False,
+) -> Path:
     """Write the report page of a sweep of EXPERIMENT (default: its latest) to OUT (.html)."""
     path = check_out(out, REPORT_OUT, force)
     if top < 1:
@@ -249,13 +335,18 @@ def log_sweep_report(client, experiment_id: str, parent_run_id: str):
     raises: a report that cannot be made is a warning, not a failed sweep."""
     try:
         parent = client.get_run(parent_run_id)
-        exp = store.Experiment(client.get_experiment(experiment_id).name, experiment_id,
-                               client.tracking_uri, client)
+        exp = store.Experiment(
+            client.get_experiment(experiment_id).name, experiment_id, client.tracking_uri, client
+        )
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "report.html"
             path.write_text(render(exp, parent.data.tags.get("sweep")), encoding="utf-8")
             client.log_artifact(parent_run_id, str(path), "report")
     except Exception as exc:  # noqa: BLE001 - the report is a courtesy, the sweep has succeeded
-        log.warning("could not log the sweep's report to MLflow run %s (%s: %s); write it "
-                    "with `rhnsearch results report`", parent_run_id, type(exc).__name__,
-                    first_line(exc))
+        log.warning(
+            "could not log the sweep's report to MLflow run %s (%s: %s); write it "
+            "with `rhnsearch results report`",
+            parent_run_id,
+            type(exc).__name__,
+            first_line(exc),
+        )

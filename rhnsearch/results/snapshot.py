@@ -7,6 +7,7 @@ The table is a copy made when the sweep finished. A run's rows in it are used on
 still end in the run's latest value of every metric they hold (MLflow keeps those with the
 run); a run logged to since, or one the table does not hold, is read from the store itself.
 """
+
 import tempfile
 from pathlib import Path
 
@@ -15,8 +16,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 ARTIFACT = "histories.parquet"
-SCHEMA = pa.schema([("run_id", pa.string()), ("key", pa.string()), ("step", pa.int64()),
-                    ("value", pa.float64())])
+SCHEMA = pa.schema(
+    [("run_id", pa.string()), ("key", pa.string()), ("step", pa.int64()), ("value", pa.float64())]
+)
 EMPTY = SCHEMA.empty_table().to_pandas()
 
 
@@ -24,8 +26,9 @@ def log_histories(client, parent_run_id: str, long: pd.DataFrame):
     """Log LONG (histories.read's rows of the sweep's trials) as the parent run's table."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / ARTIFACT
-        pq.write_table(pa.Table.from_pandas(long[SCHEMA.names], schema=SCHEMA,
-                                            preserve_index=False), path)
+        pq.write_table(
+            pa.Table.from_pandas(long[SCHEMA.names], schema=SCHEMA, preserve_index=False), path
+        )
         client.log_artifact(parent_run_id, str(path))
 
 
@@ -33,21 +36,30 @@ def current_rows(client, runs: pd.DataFrame, unclip) -> pd.DataFrame:
     """The tables' rows of the RUNS (store.trials' frame) whose rows are still current, in
     logging order; UNCLIP maps stored values to the frame's (a SQL store keeps +-inf as
     +-max float)."""
-    tables = [table for parent in runs["parent_run_id"].unique()
-              if (table := _download(client, parent)) is not None]
+    tables = [
+        table
+        for parent in runs["parent_run_id"].unique()
+        if (table := _download(client, parent)) is not None
+    ]
     if not tables:
         return EMPTY
     long = pd.concat(tables, ignore_index=True)
     long = long[long["run_id"].isin(runs["run_id"])]
     # each (run, key)'s latest value: the last logged at its highest step
-    last = long.loc[long.groupby(["run_id", "key"], sort=False)["step"].transform("max")
-                    == long["step"]].drop_duplicates(["run_id", "key"], keep="last")
-    latest = runs.set_index("run_id").filter(like="metrics.").rename(
-        columns=lambda c: c.removeprefix("metrics.")).stack(future_stack=True)
+    last = long.loc[
+        long.groupby(["run_id", "key"], sort=False)["step"].transform("max") == long["step"]
+    ].drop_duplicates(["run_id", "key"], keep="last")
+    latest = (
+        runs.set_index("run_id")
+        .filter(like="metrics.")
+        .rename(columns=lambda c: c.removeprefix("metrics."))
+        .stack(future_stack=True)
+    )
     kept = latest.reindex(pd.MultiIndex.from_frame(last[["run_id", "key"]]))
     value = unclip(last["value"]).to_numpy()
-    same = (kept.to_numpy() == value) | (kept.isna().to_numpy() & pd.isna(value)
-                                         & kept.index.isin(latest.index))
+    same = (kept.to_numpy() == value) | (
+        kept.isna().to_numpy() & pd.isna(value) & kept.index.isin(latest.index)
+    )
     stale = set(last["run_id"][~same])
     return long[~long["run_id"].isin(stale)].reset_index(drop=True)
 

@@ -8,6 +8,7 @@ benchmarks/export_speed.py times them.
 Columns follow mlflow.search_runs: ids and tags plain (with the provenance tags: git commit,
 library versions, where each trial trained), then `params.*` and `metrics.*`.
 """
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,11 +20,21 @@ from ..provenance import COMMIT_TAG, TAGS
 from ..tracking_store import existing_store
 from . import histories, snapshot
 
-ID_COLUMNS = ["experiment", "sweep", "parent_run_id", "run_id", "run_name", "trial_id",
-              "status", "stopped_at_epoch", "run_status", "start_time", "end_time"]
+ID_COLUMNS = [
+    "experiment",
+    "sweep",
+    "parent_run_id",
+    "run_id",
+    "run_name",
+    "trial_id",
+    "status",
+    "stopped_at_epoch",
+    "run_status",
+    "start_time",
+    "end_time",
+]
 FIRST_PARAMS = ["study", "dataset", "preset", "arch", "depth", "width", "tied", "n_params"]
-FIRST_METRICS = ["epoch", "train_loss", "valid_loss", "best_valid_loss", "test_loss",
-                 "best_epoch"]
+FIRST_METRICS = ["epoch", "train_loss", "valid_loss", "best_valid_loss", "test_loss", "best_epoch"]
 NOT_SETTINGS = {"params.seed", "params.width", "params.n_params", "params.cell"}
 LOG_SPAN = 20  # a positive setting spanning more than this factor is read on a log scale
 SQL_MAX_FLOAT = 1.7976931348623157e308  # how MLflow's SQL stores +-inf
@@ -34,6 +45,7 @@ PROVENANCE = {tag: "git_commit" if tag == COMMIT_TAG else tag for tag in TAGS}
 @dataclass
 class Experiment:
     """One MLflow experiment of a store, opened for reading."""
+
     name: str
     id: str
     tracking_uri: str
@@ -47,16 +59,17 @@ def open_experiment(name: str, tracking_uri: str | None = None) -> Experiment:
     experiment = client.get_experiment_by_name(name)
     if experiment is None:
         known = sorted(e.name for e in client.search_experiments() if e.name != "Default")
-        raise UserError(f"no experiment {name!r} in {uri}: known experiments are "
-                        f"{', '.join(known) or 'none'} (pass one with --experiment)")
+        raise UserError(
+            f"no experiment {name!r} in {uri}: known experiments are "
+            f"{', '.join(known) or 'none'} (pass one with --experiment)"
+        )
     return Experiment(name, experiment.experiment_id, uri, client)
 
 
 def search(exp: Experiment, filter_string: str) -> list:
     runs, token = [], None
     while True:
-        page = exp.client.search_runs([exp.id], filter_string, max_results=50000,
-                                      page_token=token)
+        page = exp.client.search_runs([exp.id], filter_string, max_results=50000, page_token=token)
         runs.extend(page)
         token = page.token
         if not token:
@@ -65,28 +78,53 @@ def search(exp: Experiment, filter_string: str) -> list:
 
 def sweeps(exp: Experiment) -> pd.DataFrame:
     """The experiment's sweeps (parent runs), oldest first."""
-    rows = [{"sweep": r.data.tags.get("sweep", r.info.run_name), "run_id": r.info.run_id,
-             "study": r.data.tags.get("study"), "report": r.data.tags.get("report"),
-             "preset": r.data.tags.get("preset"), "dataset": r.data.params.get("dataset"),
-             "start_time": r.info.start_time, "run_status": r.info.status}
-            for r in search(exp, "tags.kind = 'sweep'")]
-    return pd.DataFrame(rows, columns=["sweep", "run_id", "study", "report", "preset", "dataset",
-                                       "start_time", "run_status"]
-                        ).sort_values("start_time", kind="stable").reset_index(drop=True)
+    rows = [
+        {
+            "sweep": r.data.tags.get("sweep", r.info.run_name),
+            "run_id": r.info.run_id,
+            "study": r.data.tags.get("study"),
+            "report": r.data.tags.get("report"),
+            "preset": r.data.tags.get("preset"),
+            "dataset": r.data.params.get("dataset"),
+            "start_time": r.info.start_time,
+            "run_status": r.info.status,
+        }
+        for r in search(exp, "tags.kind = 'sweep'")
+    ]
+    return (
+        pd.DataFrame(
+            rows,
+            columns=[
+                "sweep",
+                "run_id",
+                "study",
+                "report",
+                "preset",
+                "dataset",
+                "start_time",
+                "run_status",
+            ],
+        )
+        .sort_values("start_time", kind="stable")
+        .reset_index(drop=True)
+    )
 
 
 def pick_sweep(exp: Experiment, name: str | None = None) -> pd.Series:
     """The sweep NAME of the experiment, or its latest one."""
     table = sweeps(exp)
     if table.empty:
-        raise UserError(f"experiment {exp.name!r} has no sweeps yet: run one with "
-                        "`rhnsearch sweep run`")
+        raise UserError(
+            f"experiment {exp.name!r} has no sweeps yet: run one with `rhnsearch sweep run`"
+        )
     if name is None:
         return table.iloc[-1]
     chosen = table[table["sweep"] == name]
     if chosen.empty:
-        raise UserError(f"no sweep {name!r} in experiment {exp.name!r}: its sweeps are "
-                        f"{', '.join(table['sweep'])}")
+        raise UserError(
+            f"no sweep {name!r} in experiment {exp.name!r}: its sweeps are "
+            f"{', '.join(table['sweep'])}"
+        )
     return chosen.iloc[-1]
 
 
@@ -124,24 +162,43 @@ def trials(exp: Experiment, sweep: str | None = None) -> pd.DataFrame:
     runs = search(exp, query)
     if not runs:
         where = f"sweep {sweep!r} of experiment" if sweep else "experiment"
-        raise UserError(f"{where} {exp.name!r} has no trial runs: run a sweep into it "
-                        "first (`rhnsearch sweep run SPACE --experiment NAME`)")
+        raise UserError(
+            f"{where} {exp.name!r} has no trial runs: run a sweep into it "
+            "first (`rhnsearch sweep run SPACE --experiment NAME`)"
+        )
     ids, params, metrics = [], [], []
     for run in runs:
         tags = run.data.tags
-        ids.append({"experiment": exp.name, "sweep": tags.get("sweep"),
-                    "parent_run_id": tags.get("mlflow.parentRunId"),
-                    "run_id": run.info.run_id, "run_name": run.info.run_name,
-                    "trial_id": tags.get("trial_id"), "status": tags.get("status", "running"),
-                    "stopped_at_epoch": tags.get("stopped_at_epoch"),
-                    "run_status": run.info.status, "start_time": run.info.start_time,
-                    "end_time": run.info.end_time,
-                    **{column: tags.get(tag) for tag, column in PROVENANCE.items()}})
+        ids.append(
+            {
+                "experiment": exp.name,
+                "sweep": tags.get("sweep"),
+                "parent_run_id": tags.get("mlflow.parentRunId"),
+                "run_id": run.info.run_id,
+                "run_name": run.info.run_name,
+                "trial_id": tags.get("trial_id"),
+                "status": tags.get("status", "running"),
+                "stopped_at_epoch": tags.get("stopped_at_epoch"),
+                "run_status": run.info.status,
+                "start_time": run.info.start_time,
+                "end_time": run.info.end_time,
+                **{column: tags.get(tag) for tag, column in PROVENANCE.items()},
+            }
+        )
         params.append(run.data.params)
         metrics.append(run.data.metrics)
     frame = pd.DataFrame(ids, columns=ID_COLUMNS + list(PROVENANCE.values()))
-    for column in ("experiment", "sweep", "parent_run_id", "run_id", "run_name", "trial_id",
-                   "status", "run_status", *PROVENANCE.values()):
+    for column in (
+        "experiment",
+        "sweep",
+        "parent_run_id",
+        "run_id",
+        "run_name",
+        "trial_id",
+        "status",
+        "run_status",
+        *PROVENANCE.values(),
+    ):
         frame[column] = frame[column].astype("str")
     frame["stopped_at_epoch"] = pd.to_numeric(frame["stopped_at_epoch"]).astype("Int64")
     for column in ("start_time", "end_time"):
@@ -150,13 +207,13 @@ def trials(exp: Experiment, sweep: str | None = None) -> pd.DataFrame:
     params = params[_ordered(params.columns, FIRST_PARAMS)].apply(typed)
     metrics = pd.DataFrame(metrics, dtype="float64").apply(unclipped)
     metrics = metrics[_ordered(metrics.columns, FIRST_METRICS)]
-    frame = pd.concat([frame, params.add_prefix("params."), metrics.add_prefix("metrics.")],
-                      axis=1)
+    frame = pd.concat([frame, params.add_prefix("params."), metrics.add_prefix("metrics.")], axis=1)
     return frame.sort_values(["sweep", "trial_id"], kind="stable").reset_index(drop=True)
 
 
-def load_trials(experiment: str, tracking_uri: str | None = None,
-                sweep: str | None = None) -> pd.DataFrame:
+def load_trials(
+    experiment: str, tracking_uri: str | None = None, sweep: str | None = None
+) -> pd.DataFrame:
     """One row per trial of EXPERIMENT (or of its sweep SWEEP), read from the MLflow store."""
     return trials(open_experiment(experiment, tracking_uri), sweep)
 
@@ -164,23 +221,30 @@ def load_trials(experiment: str, tracking_uri: str | None = None,
 def history(exp: Experiment, runs: pd.DataFrame) -> pd.DataFrame:
     """One row per trial and epoch (step) for the trials in RUNS: their ids and params, then
     the metrics logged at that epoch (NaN where a metric was not logged at that epoch)."""
-    keys = [c.removeprefix("metrics.") for c in runs.columns
-            if c.startswith("metrics.") and c != "metrics.epoch"]
-    cached = snapshot.EMPTY if histories.is_database(exp.tracking_uri) else \
-        snapshot.current_rows(exp.client, runs, unclipped)  # a database is read faster directly
+    keys = [
+        c.removeprefix("metrics.")
+        for c in runs.columns
+        if c.startswith("metrics.") and c != "metrics.epoch"
+    ]
+    cached = (
+        snapshot.EMPTY
+        if histories.is_database(exp.tracking_uri)
+        else snapshot.current_rows(exp.client, runs, unclipped)
+    )  # a database is read faster directly
     rest = runs["run_id"][~runs["run_id"].isin(cached["run_id"])]
-    long = pd.concat([cached, histories.read(exp.tracking_uri, exp.client, list(rest), keys)],
-                     ignore_index=True)
+    long = pd.concat(
+        [cached, histories.read(exp.tracking_uri, exp.client, list(rest), keys)], ignore_index=True
+    )
     long["value"] = unclipped(long["value"])
     wide = long.drop_duplicates(["run_id", "step", "key"], keep="last").pivot(
-        index=["run_id", "step"], columns="key", values="value")
+        index=["run_id", "step"], columns="key", values="value"
+    )
     wide = wide[_ordered(wide.columns, FIRST_METRICS)].add_prefix("metrics.").reset_index()
     wide = wide.rename(columns={"step": "epoch"}).astype({"epoch": "Int64"})
     wide.columns.name = None
     fixed = [c for c in runs.columns if not c.startswith("metrics.")]
     out = runs[fixed].merge(wide, on="run_id", how="inner", validate="one_to_many")
-    return out.sort_values(["sweep", "trial_id", "epoch"], kind="stable").reset_index(
-        drop=True)
+    return out.sort_values(["sweep", "trial_id", "epoch"], kind="stable").reset_index(drop=True)
 
 
 def sweep_trials(exp: Experiment, sweep: str | None = None) -> tuple[pd.Series, pd.DataFrame]:
@@ -193,15 +257,21 @@ def hyperparameters(trials: pd.DataFrame) -> list[str]:
     """The `params.*` columns that vary among TRIALS, in column order: the sampled settings
     and the cell's arch, depth and tied; not the seed (random, not a setting), nor the width
     and parameter count (solved from the cell's budget, not chosen), nor the cell's label."""
-    return [c for c in trials.columns if c.startswith("params.") and c not in NOT_SETTINGS
-            and trials[c].nunique(dropna=True) > 1]
+    return [
+        c
+        for c in trials.columns
+        if c.startswith("params.") and c not in NOT_SETTINGS and trials[c].nunique(dropna=True) > 1
+    ]
 
 
 def log_scaled(values: pd.Series) -> bool:
     """Whether a setting's values are read on a log scale: numbers, all positive, spanning
     more than LOG_SPAN (learning rates, init scales, clip norms)."""
     present = values.dropna()
-    if present.empty or pd.api.types.is_bool_dtype(values) or \
-            not pd.api.types.is_numeric_dtype(values):
+    if (
+        present.empty
+        or pd.api.types.is_bool_dtype(values)
+        or not pd.api.types.is_numeric_dtype(values)
+    ):
         return False
     return bool(present.min() > 0 and present.max() / present.min() > LOG_SPAN)

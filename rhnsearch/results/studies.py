@@ -23,8 +23,11 @@ from . import published, store, tables
 from .export import check_out, markdown, write_frame
 
 # Sweeps of rhnsearch 0.2 recorded no kind: their study's, as its space would name it now.
-RECORDED_BEFORE = {"jsb_optimization": "optimization", "ptb_budget": "depth_budget",
-                   "ptb_hsg": "hsg_depth"}
+RECORDED_BEFORE = {
+    "jsb_optimization": "optimization",
+    "ptb_budget": "depth_budget",
+    "ptb_hsg": "hsg_depth",
+}
 
 
 @dataclass(frozen=True)
@@ -53,29 +56,47 @@ class Kind:
     groups: Groups | None = None
 
 
-BUDGET = Groups("params.tied", ((False, "untied", ""), (True, "WT", "_wt")),
-                published.PTB_BUDGET, published.RHN_PAPER, " at a larger weight decay",
-                published.PTB_REDUCED_DECAY)
-HSG = Groups("params.arch", (("rhn", "w/o HSG", ""), ("hsg", "w/ HSG", "_hsg")),
-             published.PTB_HSG, published.HSG_PAPER)
+BUDGET = Groups(
+    "params.tied",
+    ((False, "untied", ""), (True, "WT", "_wt")),
+    published.PTB_BUDGET,
+    published.RHN_PAPER,
+    " at a larger weight decay",
+    published.PTB_REDUCED_DECAY,
+)
+HSG = Groups(
+    "params.arch",
+    (("rhn", "w/o HSG", ""), ("hsg", "w/ HSG", "_hsg")),
+    published.PTB_HSG,
+    published.HSG_PAPER,
+)
 
 KINDS = {
     "cells": Kind("swarm", tables.jsb_optimization, tables.cells_caption),
     "optimization": Kind(
-        "swarm", tables.jsb_optimization, tables.cells_caption, published.JSB_FINDING,
+        "swarm",
+        tables.jsb_optimization,
+        tables.cells_caption,
+        published.JSB_FINDING,
         tables.jsb_finding,
         "Measured on this sweep: each architecture's best best_valid_loss (nats per time step) "
         "at the shallowest and deepest depth and its change with depth (the paper's two "
         "claims: not up for RHN, up for DT-RNN and DT(S)-RNN), and its gap to the best RHN at "
         "the deepest depth, each with a 95% bootstrap interval over both cells' settings "
-        "(significant when it excludes 0)."),
+        "(significant when it excludes 0).",
+    ),
     "depth_budget": Kind(
-        "depth", lambda trials, _: tables.ptb_budget(trials), tables.ptb_budget_caption,
-        published.PTB_BUDGET_FINDING, tables.depth_finding,
+        "depth",
+        lambda trials, _: tables.ptb_budget(trials),
+        tables.ptb_budget_caption,
+        published.PTB_BUDGET_FINDING,
+        tables.depth_finding,
         "Measured on this sweep: each depth's best valid perplexity and the gap of its best "
         "best_valid_loss (nats per word; negative: better than the shallowest depth) with a "
         "95% bootstrap interval over both cells' trials (a gap is significant when its "
-        "interval excludes 0; a cell of one trial has none).", BUDGET),
+        "interval excludes 0; a cell of one trial has none).",
+        BUDGET,
+    ),
     "hsg_depth": Kind(
         "depth", lambda trials, _: tables.ptb_hsg(trials), tables.ptb_hsg_caption, groups=HSG
     ),
@@ -88,16 +109,24 @@ def kind_of(sweep: pd.Series) -> Kind:
     return KINDS[name]
 
 
-def table(experiment: str, tracking_uri: str | None = None, sweep: str | None = None,
-          out=None, force: bool = False, metric: str = "best_valid_loss") -> str:
+def table(
+    experiment: str,
+    tracking_uri: str | None = None,
+    sweep: str | None = None,
+    out=None,
+    force: bool = False,
+    metric: str = "best_valid_loss",
+) -> str:
     """The table of a sweep of EXPERIMENT (default: its latest), as its kind of study
     makes it: written to OUT (.md/.tex/.csv), or returned as Markdown."""
     path = check_out(out, tables.TABLE_OUT, force) if out else None
     exp = store.open_experiment(experiment, tracking_uri)
     chosen, trials = store.sweep_trials(exp, sweep)
     if f"metrics.{metric}" not in trials:
-        raise UserError(f"no metric {metric!r} in sweep {chosen['sweep']}: use one of "
-                        f"{', '.join(c[8:] for c in trials if c.startswith('metrics.'))}")
+        raise UserError(
+            f"no metric {metric!r} in sweep {chosen['sweep']}: use one of "
+            f"{', '.join(c[8:] for c in trials if c.startswith('metrics.'))}"
+        )
     kind = kind_of(chosen)
     frame, text = kind.table(trials, metric), kind.caption(chosen, trials, metric)
     if path is None:

@@ -1,4 +1,5 @@
 """The papers' tables from one sweep's MLflow runs, measured values next to the published ones."""
+
 import numpy as np
 import pandas as pd
 
@@ -30,18 +31,28 @@ def best_per_cell(trials: pd.DataFrame, key: str) -> pd.DataFrame:
     best = ranked.groupby([key, "params.depth"], sort=True).head(1)
     has_test = ok[best.index] & best["status"].eq("completed")
     losses = trials[ok].groupby([key, "params.depth"])["metrics.best_valid_loss"]
-    intervals = [uncertainty.best_interval(losses.get_group(cell)) if cell in losses.groups
-                 else None for cell in zip(best[key], best["params.depth"])]
-    return pd.DataFrame({
-        "key": best[key], "depth": best["params.depth"], "width": best["params.width"],
-        "params": best["params.n_params"],
-        "valid": np.exp(one_stream_valid(best)).where(has_test),
-        "test": np.exp(best["metrics.test_loss"]).where(has_test),
-        "interval": [uncertainty.shown(None if b is None else tuple(np.exp(b)))
-                     for b in intervals],
-        "trials": trials.groupby([key, "params.depth"]).size().loc[
-            list(zip(best[key], best["params.depth"]))].to_numpy(),
-        "status": best.apply(cell_status, axis=1)}).reset_index(drop=True)
+    intervals = [
+        uncertainty.best_interval(losses.get_group(cell)) if cell in losses.groups else None
+        for cell in zip(best[key], best["params.depth"])
+    ]
+    return pd.DataFrame(
+        {
+            "key": best[key],
+            "depth": best["params.depth"],
+            "width": best["params.width"],
+            "params": best["params.n_params"],
+            "valid": np.exp(one_stream_valid(best)).where(has_test),
+            "test": np.exp(best["metrics.test_loss"]).where(has_test),
+            "interval": [
+                uncertainty.shown(None if b is None else tuple(np.exp(b))) for b in intervals
+            ],
+            "trials": trials.groupby([key, "params.depth"])
+            .size()
+            .loc[list(zip(best[key], best["params.depth"]))]
+            .to_numpy(),
+            "status": best.apply(cell_status, axis=1),
+        }
+    ).reset_index(drop=True)
 
 
 def one_stream_valid(trials: pd.DataFrame) -> pd.Series:
@@ -82,21 +93,28 @@ def budget_rows(trials: pd.DataFrame, pub: pd.DataFrame) -> pd.DataFrame:
     tied = cells[cells["key"].astype(bool)].set_index("depth")
     depths = sorted(set(untied.index) | set(tied.index) | set(pub.index))
     untied, tied, pub = (t.reindex(depths) for t in (untied, tied, pub))
-    return pd.DataFrame({
-        "arch": arch_label(trials["params.arch"].iloc[0]),
-        "depth": depths,
-        "units": untied["width"].fillna(tied["width"]).astype("Int64"),
-        "units (paper)": pub["units"].astype("Int64"),
-        "params": untied["params"].astype("Int64"),
-        f"valid ({ds})": untied["valid"], "batched valid: 95% interval": untied["interval"],
-        f"valid ({paper})": pub["valid"],
-        f"test ({ds})": untied["test"], f"test ({paper})": pub["test"],
-        "status": untied["status"],
-        "params WT": tied["params"].astype("Int64"),
-        f"valid WT ({ds})": tied["valid"], "batched valid WT: 95% interval": tied["interval"],
-        f"valid WT ({paper})": pub["valid_wt"],
-        f"test WT ({ds})": tied["test"], f"test WT ({paper})": pub["test_wt"],
-        "status WT": tied["status"]}).reset_index(drop=True)
+    return pd.DataFrame(
+        {
+            "arch": arch_label(trials["params.arch"].iloc[0]),
+            "depth": depths,
+            "units": untied["width"].fillna(tied["width"]).astype("Int64"),
+            "units (paper)": pub["units"].astype("Int64"),
+            "params": untied["params"].astype("Int64"),
+            f"valid ({ds})": untied["valid"],
+            "batched valid: 95% interval": untied["interval"],
+            f"valid ({paper})": pub["valid"],
+            f"test ({ds})": untied["test"],
+            f"test ({paper})": pub["test"],
+            "status": untied["status"],
+            "params WT": tied["params"].astype("Int64"),
+            f"valid WT ({ds})": tied["valid"],
+            "batched valid WT: 95% interval": tied["interval"],
+            f"valid WT ({paper})": pub["valid_wt"],
+            f"test WT ({ds})": tied["test"],
+            f"test WT ({paper})": pub["test_wt"],
+            "status WT": tied["status"],
+        }
+    ).reset_index(drop=True)
 
 
 def ptb_hsg(trials: pd.DataFrame) -> pd.DataFrame:
@@ -108,38 +126,60 @@ def ptb_hsg(trials: pd.DataFrame) -> pd.DataFrame:
     pub = published.PTB_HSG
     depths = sorted(set(hsg.index) | set(rhn.index) | set(pub.index))
     hsg, rhn, pub = (t.reindex(depths) for t in (hsg, rhn, pub))
-    return pd.DataFrame({
-        "depth": depths, "width": rhn["width"].fillna(hsg["width"]).astype("Int64"),
-        f"valid w/ HSG ({ds})": hsg["valid"],
-        "batched valid w/ HSG: 95% interval": hsg["interval"],
-        f"valid w/ HSG ({paper})": pub["valid_hsg"],
-        f"valid w/o ({ds})": rhn["valid"], "batched valid w/o: 95% interval": rhn["interval"],
-        f"valid w/o ({paper})": pub["valid"],
-        f"test w/ HSG ({ds})": hsg["test"], f"test w/ HSG ({paper})": pub["test_hsg"],
-        f"test w/o ({ds})": rhn["test"], f"test w/o ({paper})": pub["test"],
-        "status w/ HSG": hsg["status"], "status w/o": rhn["status"]}).reset_index(drop=True)
+    return pd.DataFrame(
+        {
+            "depth": depths,
+            "width": rhn["width"].fillna(hsg["width"]).astype("Int64"),
+            f"valid w/ HSG ({ds})": hsg["valid"],
+            "batched valid w/ HSG: 95% interval": hsg["interval"],
+            f"valid w/ HSG ({paper})": pub["valid_hsg"],
+            f"valid w/o ({ds})": rhn["valid"],
+            "batched valid w/o: 95% interval": rhn["interval"],
+            f"valid w/o ({paper})": pub["valid"],
+            f"test w/ HSG ({ds})": hsg["test"],
+            f"test w/ HSG ({paper})": pub["test_hsg"],
+            f"test w/o ({ds})": rhn["test"],
+            f"test w/o ({paper})": pub["test"],
+            "status w/ HSG": hsg["status"],
+            "status w/o": rhn["status"],
+        }
+    ).reset_index(drop=True)
 
 
 def jsb_optimization(trials: pd.DataFrame, metric: str = "best_valid_loss") -> pd.DataFrame:
     """Per (arch, depth): settings tried, how each ended, best and median METRIC of the
     settings that did not diverge or fail."""
     rows = []
-    for (_, arch, depth), group in trials.assign(_order=trials["params.arch"].map(
-            arch_order)).groupby(["_order", "params.arch", "params.depth"]):
+    for (_, arch, depth), group in trials.assign(
+        _order=trials["params.arch"].map(arch_order)
+    ).groupby(["_order", "params.arch", "params.depth"]):
         counts = group["status"].value_counts()
         loss = group.loc[finished(group, metric), f"metrics.{metric}"]
-        rows.append({"arch": arch_label(arch), "depth": depth,
-                     "params": group["params.n_params"].iloc[0], "settings": len(group),
-                     "completed": counts.get("completed", 0),
-                     "stopped early": counts.get("stopped", 0),
-                     "diverged": counts.get("diverged", 0), "failed": counts.get("failed", 0),
-                     f"best {metric}": loss.min(),
-                     "best: 95% interval": uncertainty.shown(
-                         uncertainty.best_interval(loss)),
-                     f"median {metric}": loss.median()})
+        rows.append(
+            {
+                "arch": arch_label(arch),
+                "depth": depth,
+                "params": group["params.n_params"].iloc[0],
+                "settings": len(group),
+                "completed": counts.get("completed", 0),
+                "stopped early": counts.get("stopped", 0),
+                "diverged": counts.get("diverged", 0),
+                "failed": counts.get("failed", 0),
+                f"best {metric}": loss.min(),
+                "best: 95% interval": uncertainty.shown(uncertainty.best_interval(loss)),
+                f"median {metric}": loss.median(),
+            }
+        )
     return pd.DataFrame(rows).astype(
-        {"params": "Int64", "settings": "Int64", "completed": "Int64", "stopped early": "Int64",
-         "diverged": "Int64", "failed": "Int64"})
+        {
+            "params": "Int64",
+            "settings": "Int64",
+            "completed": "Int64",
+            "stopped early": "Int64",
+            "diverged": "Int64",
+            "failed": "Int64",
+        }
+    )
 
 
 def jsb_finding(trials: pd.DataFrame, metric: str = "best_valid_loss") -> pd.DataFrame:
@@ -155,20 +195,27 @@ def jsb_finding(trials: pd.DataFrame, metric: str = "best_valid_loss") -> pd.Dat
     shallow, deep = min(best.columns), max(best.columns)
     rows = []
     for arch in sorted(best.index, key=arch_order):
-        bounds = uncertainty.gap_interval(cell.get((arch, deep), []), cell.get(
-            ("rhn", deep), [])) if "rhn" in best.index and arch != "rhn" else None
-        change = uncertainty.gap_interval(cell.get((arch, deep), []),
-                                          cell.get((arch, shallow), []))
-        rows.append({
-            "arch": arch_label(arch), f"best at depth {shallow}": best.at[arch, shallow],
-            f"best at depth {deep}": best.at[arch, deep],
-            "change with depth": best.at[arch, deep] - best.at[arch, shallow],
-            "change: 95% interval": uncertainty.shown(change),
-            "change excludes 0": uncertainty.excludes_zero(change),
-            f"gap to RHN at depth {deep}": best.at[arch, deep] - best.at["rhn", deep]
-            if "rhn" in best.index else float("nan"),
-            "gap: 95% interval": uncertainty.shown(bounds) if arch != "rhn" else "–",
-            "gap excludes 0": uncertainty.excludes_zero(bounds) if arch != "rhn" else "–"})
+        bounds = (
+            uncertainty.gap_interval(cell.get((arch, deep), []), cell.get(("rhn", deep), []))
+            if "rhn" in best.index and arch != "rhn"
+            else None
+        )
+        change = uncertainty.gap_interval(cell.get((arch, deep), []), cell.get((arch, shallow), []))
+        rows.append(
+            {
+                "arch": arch_label(arch),
+                f"best at depth {shallow}": best.at[arch, shallow],
+                f"best at depth {deep}": best.at[arch, deep],
+                "change with depth": best.at[arch, deep] - best.at[arch, shallow],
+                "change: 95% interval": uncertainty.shown(change),
+                "change excludes 0": uncertainty.excludes_zero(change),
+                f"gap to RHN at depth {deep}": best.at[arch, deep] - best.at["rhn", deep]
+                if "rhn" in best.index
+                else float("nan"),
+                "gap: 95% interval": uncertainty.shown(bounds) if arch != "rhn" else "–",
+                "gap excludes 0": uncertainty.excludes_zero(bounds) if arch != "rhn" else "–",
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -186,60 +233,80 @@ def depth_finding(trials: pd.DataFrame) -> pd.DataFrame:
         losses = cell[(tied, depth)]
         reference = cell.get((tied, shallow), pd.Series(dtype=float))  # min() of none: NaN
         bounds = uncertainty.gap_interval(losses, reference) if depth != shallow else None
-        rows.append({"tied": bool(tied), "depth": int(depth), "trials": len(losses),
-                     "best valid perplexity": float(np.exp(losses.min())),
-                     f"gap to depth {shallow} (nats)": losses.min() - reference.min(),
-                     "gap: 95% interval": uncertainty.shown(bounds) if depth != shallow
-                     else "–",
-                     "gap excludes 0": uncertainty.excludes_zero(bounds)})
+        rows.append(
+            {
+                "tied": bool(tied),
+                "depth": int(depth),
+                "trials": len(losses),
+                "best valid perplexity": float(np.exp(losses.min())),
+                f"gap to depth {shallow} (nats)": losses.min() - reference.min(),
+                "gap: 95% interval": uncertainty.shown(bounds) if depth != shallow else "–",
+                "gap excludes 0": uncertainty.excludes_zero(bounds),
+            }
+        )
     return pd.DataFrame(rows)
 
 
 def where(sweep: pd.Series, trials: pd.DataFrame) -> str:
-    return (f"{sweep['study']}, sweep {sweep['sweep']} (preset {sweep['preset']}, "
-            f"{len(trials)} trials)")
+    return (
+        f"{sweep['study']}, sweep {sweep['sweep']} (preset {sweep['preset']}, {len(trials)} trials)"
+    )
 
 
 def cells_caption(sweep: pd.Series, trials: pd.DataFrame, metric: str) -> str:
     """The caption of `jsb_optimization`'s table, in the trials' loss unit."""
     units = trials.get("params.loss_unit", pd.Series(["nats per time step"])).dropna()
-    return (f"{where(sweep, trials)}: {metric} in {' / '.join(sorted(set(units)))} on "
-            f"{sweep_dataset(trials)}, per architecture and recurrence depth; diverged "
-            "settings are counted, not averaged; the interval is a 95% bootstrap over the "
-            "cell's settings of its best.")
+    return (
+        f"{where(sweep, trials)}: {metric} in {' / '.join(sorted(set(units)))} on "
+        f"{sweep_dataset(trials)}, per architecture and recurrence depth; diverged "
+        "settings are counted, not averaged; the interval is a 95% bootstrap over the "
+        "cell's settings of its best."
+    )
 
 
 def published_caption(sweep: pd.Series, trials: pd.DataFrame, source: str) -> str:
     """The caption of a table of measured perplexities next to published ones: how they were
     measured, and how sure a gap between cells is."""
     single = trials.groupby(["params.arch", "params.tied", "params.depth"]).size().max() == 1
-    spread = ("One trial per cell, so no interval: a gap between cells is of unknown "
-              "significance (--seeds N repeats each cell's setting N times)." if single else
-              "The interval is a 95% bootstrap over the cell's trials of its best batched "
-              "valid perplexity.")
+    spread = (
+        "One trial per cell, so no interval: a gap between cells is of unknown "
+        "significance (--seeds N repeats each cell's setting N times)."
+        if single
+        else "The interval is a 95% bootstrap over the cell's trials of its best batched "
+        "valid perplexity."
+    )
     streams = pd.to_numeric(trials.get("params.final_streams", pd.Series([0]))).max()
     best = "valid and test perplexity of the cell's best trial (chosen on batched validation)"
     if "metrics.full_valid_loss" not in trials:
         protocol = "best batched valid and test perplexity (a sweep of rhnsearch 0.2)"
     elif streams > 1:
-        protocol = (f"{best} over {streams} streams of the text, each from a zero state (the "
-                    "preset's final_streams; the authors read one stream)")
+        protocol = (
+            f"{best} over {streams} streams of the text, each from a zero state (the "
+            "preset's final_streams; the authors read one stream)"
+        )
     else:
         protocol = f"{best} on the whole text as one stream, as the authors reported theirs"
-    return (f"{where(sweep, trials)}: {protocol}, measured on {sweep_dataset(trials)}, next "
-            f"to the published numbers on full PTB ({source}); missing for cells whose best "
-            "trial was stopped early. " + spread)
+    return (
+        f"{where(sweep, trials)}: {protocol}, measured on {sweep_dataset(trials)}, next "
+        f"to the published numbers on full PTB ({source}); missing for cells whose best "
+        "trial was stopped early. " + spread
+    )
 
 
 def ptb_budget_caption(sweep: pd.Series, trials: pd.DataFrame, metric: str) -> str:
     """`published_caption`, and the weight decay beside the published one's."""
-    decay = ", ".join(f"{float(w):g}" for w in sorted(set(trials["params.weight_decay"]))) \
-        if "params.weight_decay" in trials else "unrecorded"
+    decay = (
+        ", ".join(f"{float(w):g}" for w in sorted(set(trials["params.weight_decay"])))
+        if "params.weight_decay" in trials
+        else "unrecorded"
+    )
     reduced = published.PTB_REDUCED_DECAY
-    return (published_caption(sweep, trials, published.RHN_PAPER) + " The published Figure "
-            "5a numbers were run at a larger weight decay than the paper states; this sweep's "
-            f"is {decay}; at depth 10 with WT the paper's reduced decay gave "
-            f"{reduced['valid']} / {reduced['test']}.")
+    return (
+        published_caption(sweep, trials, published.RHN_PAPER) + " The published Figure "
+        "5a numbers were run at a larger weight decay than the paper states; this sweep's "
+        f"is {decay}; at depth 10 with WT the paper's reduced decay gave "
+        f"{reduced['valid']} / {reduced['test']}."
+    )
 
 
 def ptb_hsg_caption(sweep: pd.Series, trials: pd.DataFrame, metric: str) -> str:

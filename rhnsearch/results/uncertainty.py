@@ -13,6 +13,7 @@ distribution it called 18% of gaps significant), the m-out-of-n bootstrap with m
 the cell's true optimum lies. A cell of one setting has no interval (None): repeat its
 setting with seeds to get one.
 """
+
 import numpy as np
 
 RESAMPLES = 4000
