@@ -22,7 +22,11 @@ def add_results(sub):
         "them, or draw the papers' figures and tables from them.",
     )
     rsub = p.add_subparsers(dest="results_command", required=True)
+    for add in (add_export, add_plot, add_table, add_report):
+        add(rsub)
 
+
+def add_export(rsub):
     export = rsub.add_parser(
         "export",
         help="write an experiment's trials to .parquet/.csv/.md/.tex",
@@ -39,6 +43,8 @@ def add_results(sub):
     )
     export.set_defaults(run=cmd_export)
 
+
+def add_plot(rsub):
     plot = rsub.add_parser(
         "plot",
         help="draw a figure of a sweep (.png/.svg)",
@@ -77,6 +83,8 @@ def add_results(sub):
             )
         k.set_defaults(run=cmd_plot)
 
+
+def add_table(rsub):
     table = rsub.add_parser(
         "table",
         help="a study's table, measured next to published",
@@ -97,6 +105,8 @@ def add_results(sub):
     )
     table.set_defaults(run=cmd_table)
 
+
+def add_report(rsub):
     report = rsub.add_parser(
         "report",
         help="one self-contained HTML page of a sweep",

@@ -8,22 +8,20 @@ from pathlib import Path
 
 from ..errors import UserError
 
-SPACE_HELP = "search space YAML, e.g. spaces/jsb_optimization.yaml"
 STORAGE_HELP = (
     "where Tune's state and the checkpoints go: a directory every node sees or a "
     "bucket URI (s3://, gs://); default $RHNSEARCH_STORAGE, else results/sweeps "
     "with a local Ray"
 )
 
+# Options that several subcommands share, each declared here once with its one help text.
 
-def add_run_options(p):
-    p.add_argument("space", help=SPACE_HELP)
-    p.add_argument(
-        "--plan",
-        metavar="FILE",
-        help="the plan of `sweep plan SPACE --json > FILE`: recorded with the sweep, so that "
-        "`sweep status` and the report show device-hours spent next to planned",
-    )
+
+def add_space(p):
+    p.add_argument("space", help="search space YAML, e.g. spaces/jsb_optimization.yaml")
+
+
+def add_preset_and_overrides(p):
     p.add_argument("--preset", help="a preset of the space: paper or smoke")
     p.add_argument(
         "--set",
@@ -33,13 +31,9 @@ def add_run_options(p):
         metavar="KEY=VALUE",
         help="override a space field, e.g. --set samples=4 --set fixed.epochs=20",
     )
-    p.add_argument("--search", choices=["random", "optuna"], help="default: the space's")
-    p.add_argument(
-        "--sampler",
-        choices=["tpe", "gp", "cmaes"],
-        help="each cell's Optuna sampler with --search optuna (--set sampler=...; default: "
-        "the space's, else tpe)",
-    )
+
+
+def add_scheduler(p):
     p.add_argument(
         "--scheduler",
         choices=["cell_asha", "asha", "fifo"],
@@ -47,17 +41,59 @@ def add_run_options(p):
         "cell, asha one worse than any others; fifo runs every trial to the end "
         "(default: the space's)",
     )
+
+
+def add_data_dir(p, use: str = ""):
+    """--data-dir; USE, what the command does with it, ends its help's parenthesis."""
+    p.add_argument("--data-dir", help=f"data dir (default: $RHNSEARCH_DATA_DIR or user cache{use})")
+
+
+def add_sweep_name(p):
+    p.add_argument("name", help="the sweep's name (see results/sweeps/)")
+
+
+def add_address(p):
+    p.add_argument("--address", help="Ray cluster address to join (HOST:PORT or auto)")
+
+
+def add_storage_path(p):
+    p.add_argument("--storage-path", help=STORAGE_HELP)
+
+
+def add_json(p, what: str = "summary"):
+    p.add_argument("--json", action="store_true", help=f"print the {what} as JSON")
+
+
+def add_run_options(p):
+    """What `sweep run` and `sweep submit` share: the space and how the sweep runs it."""
+    add_space(p)
     p.add_argument(
-        "--data-dir",
-        help="data dir (default: $RHNSEARCH_DATA_DIR or user cache; "
-        "with submit, a path on the cluster)",
+        "--plan",
+        metavar="FILE",
+        help="the plan of `sweep plan SPACE --json > FILE`: recorded with the sweep, so that "
+        "`sweep status` and the report show device-hours spent next to planned",
     )
+    add_preset_and_overrides(p)
+    p.add_argument("--search", choices=["random", "optuna"], help="default: the space's")
+    p.add_argument(
+        "--sampler",
+        choices=["tpe", "gp", "cmaes"],
+        help="each cell's Optuna sampler with --search optuna (--set sampler=...; default: "
+        "the space's, else tpe)",
+    )
+    add_scheduler(p)
+    add_data_dir(p, "; with submit, a path on the cluster")
     p.add_argument(
         "--tracking-uri", help="MLflow tracking URI (default: sqlite:///results/mlflow.db)"
     )
     p.add_argument("--experiment", help="MLflow experiment (default: the space's file name)")
     p.add_argument("--name", help="sweep name (default: STUDY-PRESET-TIMESTAMP)")
-    p.add_argument("--storage-path", help=STORAGE_HELP)
+    add_storage_path(p)
+    add_run_overrides(p)
+
+
+def add_run_overrides(p):
+    """The options that are shorthands for --set (see `overrides`)."""
     p.add_argument(
         "--deterministic",
         action="store_true",
@@ -102,15 +138,21 @@ def add_sweep(sub):
         description="Run a search space on Ray Tune, recorded in MLflow.",
     )
     ssub = p.add_subparsers(dest="sweep_command", required=True)
+    for add in (add_run, add_resume, add_extend, add_check, add_plan, add_submit, add_slurm):
+        add(ssub)
+    add_logs(ssub)
+    add_status(ssub)
 
+
+def add_run(ssub):
     run = ssub.add_parser(
         "run",
         help="run a sweep on a local Ray or a cluster",
         description="Run a sweep: a local Ray by default, or join the cluster at --address.",
     )
     add_run_options(run)
-    run.add_argument("--address", help="Ray cluster address to join (HOST:PORT or auto)")
-    run.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_address(run)
+    add_json(run)
     run.add_argument(
         "--resume",
         action="store_true",
@@ -119,17 +161,21 @@ def add_sweep(sub):
     )
     run.set_defaults(run=cmd_run)
 
+
+def add_resume(ssub):
     resume = ssub.add_parser(
         "resume",
         help="resume an interrupted sweep by name",
         description="Resume an interrupted sweep: finished trials are not rerun.",
     )
-    resume.add_argument("name", help="the sweep's name (see results/sweeps/)")
-    resume.add_argument("--address", help="Ray cluster address to join")
-    resume.add_argument("--storage-path", help=STORAGE_HELP)
-    resume.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_sweep_name(resume)
+    add_address(resume)
+    add_storage_path(resume)
+    add_json(resume)
     resume.set_defaults(run=cmd_resume)
 
+
+def add_extend(ssub):
     extend = ssub.add_parser(
         "extend",
         help="add settings or seeds to every cell of a finished sweep",
@@ -138,37 +184,29 @@ def add_sweep(sub):
         "a setting; the old trials are kept as they are, the rungs of early stopping too, and "
         "the report covers every trial.",
     )
-    extend.add_argument("name", help="the sweep's name (see results/sweeps/)")
+    add_sweep_name(extend)
     extend.add_argument("--samples", type=int, metavar="N", help="settings a cell in all")
     extend.add_argument("--seeds", type=int, metavar="N", help="seeds a setting in all")
-    extend.add_argument("--address", help="Ray cluster address to join")
-    extend.add_argument("--storage-path", help=STORAGE_HELP)
-    extend.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_address(extend)
+    add_storage_path(extend)
+    add_json(extend)
     extend.set_defaults(run=cmd_extend)
 
+
+def add_check(ssub):
     check = ssub.add_parser(
         "check",
         help="validate a space and list its cells",
         description="Validate a search space (with preset and "
         "overrides) and print its cells; nothing runs.",
     )
-    check.add_argument("space", help=SPACE_HELP)
-    check.add_argument("--preset", help="a preset of the space")
-    check.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a space field",
-    )
-    check.add_argument(
-        "--data-dir",
-        help="data dir (default: $RHNSEARCH_DATA_DIR or user "
-        "cache): word widths are solved for its vocabulary if it is there",
-    )
+    add_space(check)
+    add_preset_and_overrides(check)
+    add_data_dir(check, "; word widths are solved for its vocabulary if it is there")
     check.set_defaults(run=cmd_check)
 
+
+def add_plan(ssub):
     plan = ssub.add_parser(
         "plan",
         help="what a sweep will cost, before it runs",
@@ -178,20 +216,10 @@ def add_sweep(sub):
         "space's scheduler is expected to run, device-hours and the wall "
         "time on N devices.",
     )
-    plan.add_argument("space", help=SPACE_HELP)
-    plan.add_argument("--preset", help="a preset of the space")
-    plan.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a space field",
-    )
-    plan.add_argument(
-        "--scheduler", choices=["cell_asha", "asha", "fifo"], help="default: the space's"
-    )
-    plan.add_argument("--data-dir", help="data dir (default: $RHNSEARCH_DATA_DIR or user cache)")
+    add_space(plan)
+    add_preset_and_overrides(plan)
+    add_scheduler(plan)
+    add_data_dir(plan)
     devices = plan.add_mutually_exclusive_group()
     devices.add_argument("--gpus", type=int, metavar="N", help="GPUs the sweep will have")
     devices.add_argument(
@@ -200,9 +228,11 @@ def add_sweep(sub):
         metavar="N",
         help="CPU cores the sweep will have (default: this machine's, for a space of CPU trials)",
     )
-    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    add_json(plan, "plan")
     plan.set_defaults(run=cmd_plan)
 
+
+def add_submit(ssub):
     submit = ssub.add_parser(
         "submit",
         help="submit a sweep as a Ray Job, or as a Slurm batch job",
@@ -216,6 +246,12 @@ def add_sweep(sub):
     where.add_argument("--address", help="the cluster's dashboard, e.g. http://127.0.0.1:8265")
     where.add_argument("--slurm", action="store_true", help="submit with sbatch (below)")
     submit.add_argument("--follow", action="store_true", help="Ray Job: follow its logs")
+    add_slurm_request(submit)
+    submit.set_defaults(run=cmd_submit)
+
+
+def add_slurm_request(submit):
+    """`sweep submit`'s options of the Slurm batch job."""
     slurm = submit.add_argument_group(
         "Slurm",
         "with --slurm: the batch script is written to STORAGE/NAME/slurm/sweep.sbatch "
@@ -247,8 +283,10 @@ def add_sweep(sub):
     slurm.add_argument(
         "--dry-run", action="store_true", help="print the batch script; write and submit nothing"
     )
-    submit.set_defaults(run=cmd_submit)
 
+
+def add_slurm(ssub):
+    """The commands a Slurm job runs: `slurm-job` (the batch script's) and `slurm-node`."""
     job = ssub.add_parser(
         "slurm-job",
         help="run by a Slurm batch script: Ray over the allocation, then the sweep",
@@ -268,6 +306,8 @@ def add_sweep(sub):
     node.add_argument("job_dir", help="the sweep's job directory")
     node.set_defaults(run=cmd_slurm_node)
 
+
+def add_logs(ssub):
     logs = ssub.add_parser(
         "logs", help="print a submitted sweep's logs", description="Print a Ray Job's logs."
     )
@@ -275,6 +315,9 @@ def add_sweep(sub):
     logs.add_argument("--address", required=True, help="e.g. http://127.0.0.1:8265")
     logs.add_argument("--follow", action="store_true", help="follow until the job ends")
     logs.set_defaults(run=cmd_logs)
+
+
+def add_status(ssub):
     status = ssub.add_parser(
         "status",
         help="where a sweep stands: its trials, and device-hours spent against its plan",
@@ -284,8 +327,8 @@ def add_sweep(sub):
     )
     status.add_argument("name", help="the sweep's name, or with --address the job id")
     status.add_argument("--address", help="a Ray dashboard: print the Ray Job NAME's status")
-    status.add_argument("--storage-path", help=STORAGE_HELP)
-    status.add_argument("--json", action="store_true", help="print the status as JSON")
+    add_storage_path(status)
+    add_json(status, "status")
     status.set_defaults(run=cmd_status)
 
 
@@ -454,9 +497,32 @@ def cmd_plan(args):
             }
         )
         return
+    print_plan(
+        rows,
+        total,
+        scheduler=args.scheduler or space.scheduler.name,
+        unit=unit,
+        devices=devices,
+        per_trial=per_trial,
+        timed_on=f"{where} with {data_name}",
+    )
+
+
+def print_plan(rows, total, *, scheduler, unit, devices, per_trial, timed_on):
+    """The plan as a table, a row per cell, then its totals.
+
+    Args:
+        rows: the plan's rows, one a cell.
+        total: their totals (`search.plan.totals`).
+        scheduler: the scheduler whose trial-epochs the table expects.
+        unit: "GPU" or "CPU".
+        devices: how many of them the sweep will have.
+        per_trial: how many of them a trial holds.
+        timed_on: the device and data the cells were timed on.
+    """
     print(
         f"{'cell':<18} {'params':>11} {'s/epoch':>8} {'FIFO trial-epochs':>17} "
-        f"{(args.scheduler or space.scheduler.name) + ' (expected)':>20} {'hours':>7}"
+        f"{scheduler + ' (expected)':>20} {'hours':>7}"
     )
     for row in rows:
         print(
@@ -468,7 +534,7 @@ def cmd_plan(args):
         f"{sum(r.expected_epochs for r in rows):,.0f} expected; "
         f"{total['trial_seconds'] / 3600:.2f} hours of trials, {total['device_hours']:.2f} "
         f"{unit}-hours; wall about {total['wall_seconds'] / 3600:.2f} h on {devices:g} "
-        f"{unit}s ({per_trial:g} a trial), timed on {where} with {data_name}"
+        f"{unit}s ({per_trial:g} a trial), timed on {timed_on}"
     )
 
 
