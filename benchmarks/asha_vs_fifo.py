@@ -101,7 +101,7 @@ def main(argv=None):
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="asha-vs-fifo-"))
     workdir.mkdir(parents=True, exist_ok=True)
     os.chdir(workdir)
-    space = rhnsearch.load_space(args.space, args.preset, args.overrides)
+    space = rhnsearch.load_space(args.space, preset=args.preset, overrides=args.overrides)
     grace, rf = space.scheduler.grace_period, space.scheduler.reduction_factor
     names = {"cell_asha": f"cell_asha-g{grace}-rf{rf:g}", "fifo": "fifo"}
     stored_as = json.loads(space.model_dump_json())  # as the sweep's space.json holds it

@@ -89,8 +89,8 @@ def run_rhnsearch(args, work: Path) -> dict:
     grace = max(1, args.reports // 3)
     space = load_space(
         SPACE,
-        "smoke",
-        [
+        preset="smoke",
+        overrides=[
             "archs=[rhn]",
             "depths=[1]",
             f"samples={args.trials}",

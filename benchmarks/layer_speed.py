@@ -135,7 +135,7 @@ def epoch_speed(data_dir: str | None) -> dict:
     }
     speeds = {}
     for dataset, options in runs.items():
-        data = load_dataset(dataset, data_dir)
+        data = load_dataset(dataset, data_dir=data_dir)
         for arch in ("rhn", "lstm"):
             config = dict(
                 options,

@@ -106,14 +106,14 @@ def data_dir() -> Path:
 def jsb(data_dir):
     from rhnsearch.data import load_dataset
 
-    return load_dataset("jsb", data_dir, allow_fetch=False)
+    return load_dataset("jsb", data_dir=data_dir, allow_fetch=False)
 
 
 @pytest.fixture(scope="session")
 def ptb_sample(data_dir):
     from rhnsearch.data import load_dataset
 
-    return load_dataset("ptb-sample", data_dir, allow_fetch=False)
+    return load_dataset("ptb-sample", data_dir=data_dir, allow_fetch=False)
 
 
 @contextmanager

@@ -212,7 +212,7 @@ def test_mutated_spaces_load_or_fail_in_one_line(case):
         path = Path(tmp) / "space.yaml"
         path.write_text(yaml.safe_dump(doc))
         try:
-            load_space(path, preset, overrides)
+            load_space(path, preset=preset, overrides=overrides)
         except UserError as exc:
             assert str(exc) and "\n" not in str(exc), str(exc)
 

@@ -60,7 +60,7 @@ def copy_jsb(tmp_path, data_dir, edit=None):
 
 def test_missing_data_names_file_dir_and_fetch_command(tmp_path):
     with pytest.raises(UserError) as err:
-        load_dataset("jsb", tmp_path)
+        load_dataset("jsb", data_dir=tmp_path)
     msg = str(err.value)
     assert "jsb-chorales-quarter.json" in msg and str(tmp_path) in msg
     assert "rhnsearch data fetch jsb" in msg and "\n" not in msg
@@ -69,7 +69,7 @@ def test_missing_data_names_file_dir_and_fetch_command(tmp_path):
 def test_corrupt_file_is_a_one_line_error(tmp_path, data_dir):
     copy_jsb(tmp_path, data_dir, edit=lambda raw: raw["train"].pop())
     with pytest.raises(UserError, match="corrupt"):
-        load_dataset("jsb", tmp_path)
+        load_dataset("jsb", data_dir=tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -154,5 +154,5 @@ def test_fetch_from_mirror_checks_sha_and_writes_atomically(
     shutil.copy(data_dir / "jsb_chorales/jsb-chorales-quarter.json", served)
     (path,) = fetch("jsb", target_dir)
     assert path == target_dir / "jsb_chorales/jsb-chorales-quarter.json"
-    assert load_dataset("jsb", target_dir).name == "jsb"
+    assert load_dataset("jsb", data_dir=target_dir).name == "jsb"
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temp file left

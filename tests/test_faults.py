@@ -144,7 +144,7 @@ def test_trial_worker_killed_mid_epoch_resumes_from_its_checkpoint(tmp_path, dat
     config = json.loads((experiment / trial_dir / "params.json").read_text())
     cells = json.loads((experiment / "rhnsearch_sweep.json").read_text())["cells"]
     unbroken = Trainer(
-        trial_config(config, cells), load_dataset("jsb", data_dir, allow_fetch=False)
+        trial_config(config, cells), load_dataset("jsb", data_dir=data_dir, allow_fetch=False)
     )
     unbroken.fit()
     logged = sorted(

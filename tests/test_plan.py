@@ -19,7 +19,7 @@ def test_asha_keeps_the_only_trial_and_half_of_two():
 
 
 def test_expected_epochs_follow_the_rungs():
-    space = load_space(JSB_SPACE, "cpu")  # 40 epochs, rungs at 2, 6 and 18
+    space = load_space(JSB_SPACE, preset="cpu")  # 40 epochs, rungs at 2, 6 and 18
     assert expected_epochs(space, "fifo", 10) == 400
     kept = kept_fractions(10, [2, 6, 18], 3)
     assert 0 < kept[2] < kept[1] < kept[0] < 1
@@ -50,7 +50,7 @@ def test_plan_of_the_jsb_smoke_preset(tmp_path, data_dir):
         cwd=tmp_path,
     )
     plan = json.loads(proc.stdout)
-    space = load_space(JSB_SPACE, "smoke")
+    space = load_space(JSB_SPACE, preset="smoke")
     assert [c["cell"] for c in plan["cells"]] == list(space.cells())
     for cell in plan["cells"]:
         assert cell["epoch_seconds"] > 0
@@ -86,7 +86,9 @@ def test_ptb_without_its_text_is_timed_on_random_tokens_of_its_size(tmp_path):
     plan = json.loads(proc.stdout)
     assert plan["data"] == "random tokens of PTB's size"
     assert "with random tokens of PTB's size" in proc.stderr
-    cells = load_space(space, "smoke", [s for s in settings if s != "--set"]).cells(10000)
+    cells = load_space(
+        space, preset="smoke", overrides=[s for s in settings if s != "--set"]
+    ).cells(10000)
     assert [(c["cell"], c["params"]) for c in plan["cells"]] == [
         (label, cell["params"]) for label, cell in cells.items()
     ]

@@ -178,11 +178,11 @@ def test_restored_scheduler_reads_the_state_file_and_keeps_every_decision(tmp_pa
 def test_build_scheduler_follows_the_space(tmp_path):
     space = ROOT / "spaces" / "jsb_optimization.yaml"
     state_file = str(tmp_path / "scheduler_state.json")
-    default = build_scheduler(load_space(space, "smoke"), "cell_asha", state_file)
+    default = build_scheduler(load_space(space, preset="smoke"), "cell_asha", state_file)
     assert default.per_cell and default.milestones == [1, 3]
     assert default.state_file == state_file and default.max_t == 9
-    assert load_space(space, "smoke").scheduler.name == "cell_asha"
-    paper = load_space(space, "paper")
+    assert load_space(space, preset="smoke").scheduler.name == "cell_asha"
+    paper = load_space(space, preset="paper")
     assert build_scheduler(paper, "asha", state_file).milestones == [5, 15, 45]
     assert not build_scheduler(paper, "asha", state_file).per_cell
     assert type(build_scheduler(paper, "fifo", state_file)) is FIFOScheduler

@@ -21,7 +21,7 @@ CELLS = ["archs=[rhn,dtrnn]", "depths=[1,2]"]
 
 
 def space_and_cells(*overrides):
-    space = load_space(JSB_SPACE, "smoke", [*CELLS, *overrides])
+    space = load_space(JSB_SPACE, preset="smoke", overrides=[*CELLS, *overrides])
     return space, space.cells()
 
 

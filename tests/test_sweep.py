@@ -685,13 +685,13 @@ def test_check_solves_word_widths_for_the_datas_vocabulary(data_dir, tmp_path):
     from rhnsearch.search.space import load_space
 
     space = ROOT / "spaces" / "ptb_budget.yaml"
-    vocab = len(load_dataset("ptb-sample", data_dir, allow_fetch=False).vocab)
+    vocab = len(load_dataset("ptb-sample", data_dir=data_dir, allow_fetch=False).vocab)
     for where, size, lines in ((data_dir, vocab, 1), (tmp_path, 10000, 2)):
         proc = rhnsearch_main(
             "sweep", "check", space, "--preset", "cpu", "--data-dir", where, cwd=tmp_path
         )
         listed = proc.stdout.strip().splitlines()[lines:]
-        expected = load_space(space, "cpu").cells(size).values()
+        expected = load_space(space, preset="cpu").cells(size).values()
         assert [int(line.split("width")[1].split()[0]) for line in listed] == [
             c["width"] for c in expected
         ]
@@ -741,7 +741,7 @@ def test_extend_a_finished_sweep_with_settings_then_seeds(tmp_path, data_dir):
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("jsb_optimization")
     first = {r.info.run_id: run_fields(client, r) for r in jsb_runs(client, exp)}
-    trials = load_trials("jsb_optimization", uri, "ext")
+    trials = load_trials("jsb_optimization", tracking_uri=uri, sweep="ext")
     finding = markdown(KINDS["optimization"].measured(trials))
     state_file = tmp_path / "results/sweeps/ext/scheduler/state.json"
     rungs = json.loads(state_file.read_text())["rungs"]
@@ -773,7 +773,7 @@ def test_extend_a_finished_sweep_with_settings_then_seeds(tmp_path, data_dir):
     assert recorded(after) > recorded(rungs)
     (parent,) = client.search_runs([exp.experiment_id], "tags.kind = 'sweep'")
     assert parent.info.status == "FINISHED" and parent.data.metrics["trials"] == 48
-    trials = load_trials("jsb_optimization", uri, "ext")
+    trials = load_trials("jsb_optimization", tracking_uri=uri, sweep="ext")
     assert len(trials) == 48
     measured = markdown(KINDS["optimization"].measured(trials))
     assert measured != finding

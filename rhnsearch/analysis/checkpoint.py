@@ -94,7 +94,7 @@ def load_trainer(client: MlflowClient, run_id: str, data_dir=None):
 
     state = load_model_state(client, run_id)
     config = replace(TrialConfig.from_dict(state["config"]), threads=0)  # all cores here
-    trainer = Trainer(config, load_dataset(config.dataset, data_dir))
+    trainer = Trainer(config, load_dataset(config.dataset, data_dir=data_dir))
     trainer.model.load_state_dict(state["weights"])
     trainer.model.eval()
     return trainer

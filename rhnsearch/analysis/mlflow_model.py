@@ -137,7 +137,7 @@ def keep_model(
     from ..data import load_dataset
 
     model_id = log_mlflow_model(
-        client, run_id, config, weights, load_dataset(config["dataset"], data_dir)
+        client, run_id, config, weights, load_dataset(config["dataset"], data_dir=data_dir)
     )
     if register_as:
         c, metrics = TrialConfig.from_dict(config), client.get_run(run_id).data.metrics

@@ -430,13 +430,13 @@ def cmd_check(args):
     from ..data import load_dataset
     from ..search.space import load_space
 
-    space = load_space(args.space, args.preset, args.overrides)
+    space = load_space(args.space, preset=args.preset, overrides=args.overrides)
     print(
         f"{space.study}: {space.num_trials} trials, dataset {space.dataset}, search "
         f"{space.search}, scheduler {space.scheduler.name}, {space.epochs} epochs max"
     )
     try:  # word widths depend on the vocabulary: the data's own, if it is at hand
-        data = load_dataset(space.dataset, args.data_dir, allow_fetch=False)
+        data = load_dataset(space.dataset, data_dir=args.data_dir, allow_fetch=False)
     except UserError:
         data = None
         print(
@@ -459,7 +459,7 @@ def cmd_plan(args):
     from ..search.space import load_space
     from .output import print_json
 
-    space = load_space(args.space, args.preset, args.overrides)
+    space = load_space(args.space, preset=args.preset, overrides=args.overrides)
     on_gpu = args.gpus is not None or (args.cpus is None and space.resources.gpu > 0)
     per_trial = space.resources.gpu if on_gpu else space.resources.cpu
     if per_trial <= 0:

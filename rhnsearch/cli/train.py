@@ -46,7 +46,7 @@ def run_train(args):
     if args.task and values["dataset"] == TrialConfig.dataset:  # --dataset not given
         values["dataset"] = args.task
     config = TrialConfig(**values).validate()
-    trainer = Trainer(config, load_dataset(config.dataset, args.data_dir))
+    trainer = Trainer(config, load_dataset(config.dataset, data_dir=args.data_dir))
     ckpt = Path(args.checkpoint_dir) if args.checkpoint_dir else None
     if ckpt and (ckpt / CHECKPOINT_FILE).exists():
         trainer.load(ckpt)

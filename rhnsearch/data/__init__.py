@@ -1,6 +1,7 @@
-"""Datasets by name: `load_dataset("jsb" | "ptb" | "ptb-sample", data_dir)`."""
+"""Datasets by name: `load_dataset("jsb" | "ptb" | "ptb-sample", data_dir=...)`."""
 
 from ..errors import UserError
+from . import sources
 from .jsb import JSBData, batches, load_jsb
 from .ptb import PTBData, batchify, load_ptb, load_ptb_sample, ptb_sized, windows
 from .sources import SOURCES, data_dir, ensure, fetch
@@ -30,10 +31,17 @@ __all__ = [
 ]
 
 
-def load_dataset(name: str, root=None, allow_fetch: bool = True):
-    """Load a dataset from the data dir, fetching missing files on first use."""
+def load_dataset(name: str, *, data_dir=None, allow_fetch: bool = True):
+    """Load a dataset from the data dir, fetching missing files on first use.
+
+    Args:
+        name: "jsb", "ptb" or "ptb-sample".
+        data_dir: the data dir; default $RHNSEARCH_DATA_DIR, else the user's cache dir.
+        allow_fetch: fetch the files the data dir lacks; if False, a missing file is a
+            one-line UserError that says how to fetch it.
+    """
     if name not in DATASETS:
         raise UserError(f"unknown dataset {name!r}: use one of {', '.join(DATASETS)}")
-    root = data_dir(root)
+    root = sources.data_dir(data_dir)
     ensure(name, root, allow_fetch)
     return LOADERS[name](root)

@@ -83,6 +83,22 @@ def build_model(
     All weights start uniform in [-init_scale, init_scale]; then the transform-gate biases
     b_T are set to `t_bias` and the HSG gate bias b_G to `hsg_bias` (negative: the gates
     start closed, the layers carry their input).
+
+    Args:
+        task: "jsb" (88 notes in, 88 out) or "ptb" (words in, words out).
+        arch: rhn, hsg, dtrnn, dtsrnn or lstm (docs/models.md).
+        depth: the recurrence depth (highway layers a step).
+        width: the units of the recurrent layer.
+        vocab_size: the vocabulary of a "ptb" task.
+        tied: the head shares the embedding's weights (WT; "ptb" only).
+        init_scale: weights start uniform in [-init_scale, init_scale].
+        t_bias: the transform-gate biases b_T (RHN and HSG cells).
+        hsg_bias: the HSG gate bias b_G.
+        drop_x: the rate at which whole word types of the embedding are dropped.
+        drop_i: dropout of the layer's input, one mask a sequence.
+        drop_h: dropout of the state each layer reads, one mask a sequence.
+        drop_o: dropout of the layer's output.
+        backend: how the cell's loop runs: auto, reference or fused.
     """
     the_task = get_task(task)
     the_task.check(tied)

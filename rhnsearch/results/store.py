@@ -212,9 +212,16 @@ def trials(exp: Experiment, sweep: str | None = None) -> pd.DataFrame:
 
 
 def load_trials(
-    experiment: str, tracking_uri: str | None = None, sweep: str | None = None
+    experiment: str, *, tracking_uri: str | None = None, sweep: str | None = None
 ) -> pd.DataFrame:
-    """One row per trial of EXPERIMENT (or of its sweep SWEEP), read from the MLflow store."""
+    """One row per trial of an experiment (or of one of its sweeps), read from the MLflow store.
+
+    Args:
+        experiment: the MLflow experiment.
+        tracking_uri: the MLflow store; default $MLFLOW_TRACKING_URI, else
+            sqlite:///results/mlflow.db.
+        sweep: only this sweep's trials.
+    """
     return trials(open_experiment(experiment, tracking_uri), sweep)
 
 

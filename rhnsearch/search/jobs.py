@@ -88,7 +88,7 @@ def submit(
 ) -> str:
     """Validate here, then submit; returns the job id. `options`: search, scheduler,
     data_dir (a path on the cluster) and experiment, passed on as given."""
-    loaded = load_space(space, preset, overrides)
+    loaded = load_space(space, preset=preset, overrides=overrides)
     uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     if not uri or not uri.startswith(("http://", "https://")):
         raise UserError(

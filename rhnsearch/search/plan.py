@@ -137,7 +137,7 @@ def timing_data(space: Space, data_dir=None) -> tuple[object, str]:
     """The data SPACE's cells are timed on, and its name: the space's dataset, or, where its
     text cannot be had here, random data of its size (data.SIZED: PTB's)."""
     try:
-        return load_dataset(space.dataset, data_dir), space.dataset
+        return load_dataset(space.dataset, data_dir=data_dir), space.dataset
     except UserError:
         if space.dataset not in SIZED:
             raise

@@ -428,7 +428,7 @@ def submit_sweep(
     scheduler, data_dir (a path on the cluster) and experiment, passed on as given."""
     from .jobs import sweep_args
 
-    loaded = load_space(space, preset, overrides)
+    loaded = load_space(space, preset=preset, overrides=overrides)
     if request.nodes < 1 or request.signal_seconds < 1:
         raise UserError("--nodes and --signal-seconds must be positive")
     uri = resolve_tracking_uri(tracking_uri)

@@ -355,8 +355,16 @@ def resolve(raw: dict, preset: str | None, overrides=(), source: str = "space") 
     return doc
 
 
-def load_space(path, preset: str | None = None, overrides=(), study: str | None = None) -> Space:
-    """Read, merge and validate a space file; raise a one-line UserError naming the field."""
+def load_space(path, *, preset: str | None = None, overrides=(), study: str | None = None) -> Space:
+    """Read, merge and validate a space file; raise a one-line UserError naming the field.
+
+    Args:
+        path: the space's YAML file.
+        preset: one of the space's `presets`, merged over its fields first.
+        overrides: "KEY=VALUE" texts (`--set`), applied after the preset; KEY may be dotted
+            (fixed.epochs).
+        study: the study's name, instead of the space's `study` field or its file name.
+    """
     path = Path(path)
     doc = resolve(read_yaml(path), preset, overrides, str(path))
     doc.setdefault("study", study or path.stem)

@@ -161,7 +161,7 @@ def run_sweep(
     `sweep plan --json`, recorded with the sweep to hold what it spends against."""
     if resume and not name:
         raise UserError("--resume resumes the sweep --name: pass --name")
-    space = load_space(space_path, preset, overrides)
+    space = load_space(space_path, preset=preset, overrides=overrides)
     # Absolute paths first: in a Ray Job, joining the cluster may replace the working dir.
     space_path = Path(space_path).resolve()
     if address:
@@ -179,7 +179,8 @@ def run_sweep(
         )
     scheduler = scheduler or space.scheduler.name
     data_root = default_data_dir(data_dir).resolve()
-    data = load_dataset(space.dataset, data_root)  # fetched on first use, before Ray starts
+    # fetched on first use, before Ray starts
+    data = load_dataset(space.dataset, data_dir=data_root)
     uri = open_store(tracking_uri)  # makes the sqlite store: after every check of the input
     cells = space.cells_for(data)
     planned = load_plan(plan, cells) if plan else None

@@ -58,7 +58,7 @@ def run_trial(config: dict, cells: dict):
     cfg = trial_config(config, cells)
     key = (cfg.dataset, config["data_dir"])
     if key not in _DATA:
-        _DATA[key] = load_dataset(cfg.dataset, config["data_dir"])
+        _DATA[key] = load_dataset(cfg.dataset, data_dir=config["data_dir"])
     trainer = Trainer(cfg, _DATA[key])
     checkpoint, before = tune.get_checkpoint(), 0.0
     if checkpoint:
