@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from rhnsearch.compat import torch as torch_compat
 from rhnsearch.models import CELLS, Recurrent, build_model
 from rhnsearch.models.fused import kernels
 
@@ -184,9 +185,20 @@ class WrongOps:
 
 
 def test_probe_accepts_working_ops_and_refuses_broken_ones():
-    assert kernels.probe() == torch.backends.mkldnn.is_available()
-    assert not kernels.probe(BrokenOps())
-    assert not kernels.probe(WrongOps())
+    assert torch_compat.probe() == torch.backends.mkldnn.is_available()
+    assert not torch_compat.probe(BrokenOps())
+    assert not torch_compat.probe(WrongOps())
+
+
+def test_a_torch_outside_the_tested_range_gets_the_public_ops(monkeypatch, caplog):
+    """On a torch that the private ops were not tested on, they are not used: one warning
+    line says so, naming the installed version and the tested range."""
+    monkeypatch.setattr(torch_compat, "SUPPORTED", "<1")
+    assert not torch_compat.onednn_works() and not torch_compat.views_known()
+    lines = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(lines) == 2 and all("\n" not in line for line in lines)
+    assert f"torch {torch.__version__} is installed" in lines[0] and "torch<1" in lines[0]
+    assert "public torch ops" in lines[0]
 
 
 def test_fallback_when_onednn_is_off(tmp_path):

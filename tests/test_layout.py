@@ -185,3 +185,150 @@ def test_the_report_kinds_a_space_may_name_are_those_declared():
         and name != "rhnsearch.results.studies"
     ]
     assert named == []
+
+
+# What rhnsearch uses of torch, Ray and MLflow beyond their public API (rhnsearch/compat/):
+# internal modules, and the names and text of their private ops, saved state, file names,
+# tags and tables. A module path, imported name, attribute or keyword argument of these
+# libraries that starts with "_" is internal too.
+LIBRARIES = ("torch", "ray", "mlflow")
+INTERNAL_MODULES = (
+    "mlflow.utils",
+    "mlflow.store",
+    "ray.cloudpickle",
+    "ray.tune.result",
+    "ray.tune.experiment",
+    "ray.tune.execution",
+    "ray.tune.impl",
+    "ray.tune.analysis",
+    "ray.train._internal",
+)
+INTERNAL_NAMES = {"MLFLOW_DATASET_CONTEXT", "DEFAULT_METRIC", "cloudpickle"}
+INTERNAL_TEXT = (
+    "trial_data",
+    "checkpoint_manager",
+    "relative_logdir",
+    "CLOUDPICKLE_FALLBACK",
+    "_type",
+    "experiment_state",
+    "checkpoint_\\d",
+    "basic-variant-state",
+    "search_gen_state",
+    "searcher-state",
+    "FROM metrics",
+    "ray.tune.",
+    "mlflow.utils",
+    "mlflow.data.context",
+)
+
+
+def library_internals(tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, what) of each use of a library internal in a module's syntax tree."""
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and ast.get_docstring(node) is not None
+    }
+
+    def internal_module(module: str) -> bool:
+        parts = module.split(".")
+        return parts[0] in LIBRARIES and (
+            module.startswith(INTERNAL_MODULES) or any(p.startswith("_") for p in parts)
+        )
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if internal_module(a.name)]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            found += [
+                (node.lineno, f"{node.module}.{a.name}")
+                for a in node.names
+                if internal_module(f"{node.module}.{a.name}")
+                or (node.module.split(".")[0] in LIBRARIES and a.name in INTERNAL_NAMES)
+            ]
+        elif isinstance(node, ast.Attribute):
+            private = node.attr.startswith("_") and not node.attr.endswith("__")
+            if node.attr in INTERNAL_NAMES or (
+                private and not (isinstance(node.value, ast.Name) and node.value.id == "self")
+            ):
+                found.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.Name) and node.id in INTERNAL_NAMES:
+            found.append((node.lineno, node.id))
+        elif isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[0] in LIBRARIES:
+            found += [
+                (node.lineno, f"{ast.unparse(node.func)}({k.arg}=)")
+                for k in node.keywords
+                if k.arg and k.arg.startswith("_")
+            ]
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in docstrings
+        ):
+            found += [(node.lineno, text) for text in INTERNAL_TEXT if text in node.value]
+    return found
+
+
+def test_library_internals_are_used_in_the_compat_modules_only():
+    """No module outside rhnsearch/compat/ uses a private name, internal module, saved-state
+    key, file-name pattern, tag or table of torch, Ray or MLflow."""
+    used = [
+        f"{name}:{line}: {what}"
+        for name, tree in modules().items()
+        if not name.startswith("rhnsearch.compat")
+        for line, what in library_internals(tree)
+    ]
+    assert used == []
+
+
+def test_the_fence_sees_the_internals_it_names():
+    """The check above finds each kind of internal it names, as the code before the compat
+    modules used them."""
+    code = """
+import torch
+from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+from ray import cloudpickle
+import ray._private.worker
+def f(ops, arrays, run, info):
+    ops._reorder_linear_weight(w, 4)
+    torch.ops.mkldnn._linear_pointwise.default(x, w, b, "none", [], "")
+    [a._base for a in arrays]
+    ray.init(_node_ip_address="127.0.0.1")
+    run.get("checkpoint_manager"), info["relative_logdir"]
+    "SELECT run_uuid FROM metrics"
+"""
+    found = library_internals(ast.parse(code))
+    assert sorted({line for line, _ in found}) == [3, 4, 5, 7, 8, 9, 10, 11, 12], found
+
+
+def test_compat_modules_check_the_installed_version(monkeypatch):
+    """An internal of Ray or MLflow used with a version outside the tested range is a
+    one-line UserError naming the installed version and the range."""
+    import importlib.metadata
+
+    import pytest
+
+    from rhnsearch.compat import mlflow as mlflow_compat
+    from rhnsearch.compat import ray as ray_compat
+    from rhnsearch.errors import UserError
+
+    for module, distribution, use in [
+        (ray_compat, "ray", lambda: ray_compat.is_checkpoint("checkpoint_000001")),
+        (ray_compat, "ray", lambda: ray_compat.saved_trial_ids('{"trial_data": []}')),
+        (mlflow_compat, "mlflow", mlflow_compat.metric_histories_sql),
+        (mlflow_compat, "mlflow", lambda: mlflow_compat.dataset_input_tags("training")),
+    ]:
+        use()  # in range
+        monkeypatch.setattr(module, "SUPPORTED", "<1")
+        with pytest.raises(UserError) as refused:
+            use()
+        installed = importlib.metadata.version(distribution)
+        message = str(refused.value)
+        assert "\n" not in message and f"{distribution} {installed} is installed" in message
+        assert f"'{distribution}<1'" in message
+        monkeypatch.undo()
+    assert mlflow_compat.server_request("http://127.0.0.1:1", "/api") is not None
+    monkeypatch.setattr(mlflow_compat, "SUPPORTED", "<1")
+    assert mlflow_compat.server_request("http://127.0.0.1:1", "/api") is None

@@ -14,6 +14,7 @@ from ray import tune
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler
 
+from rhnsearch.compat import ray as ray_compat
 from rhnsearch.search import storage
 from rhnsearch.search.scheduler import CellASHAScheduler
 from rhnsearch.search.space import load_space
@@ -196,7 +197,7 @@ SLOW = [{**cell, "arch": "dtrnn", "depth": 6} for cell in FAST]
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1")
+    ray_compat.init_on_loopback(num_cpus=2, include_dashboard=False)
     yield
     ray.shutdown()
 

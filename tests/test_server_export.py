@@ -11,6 +11,7 @@ import pytest
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
+from rhnsearch.compat import mlflow as mlflow_compat
 from rhnsearch.results import histories, snapshot, store
 
 from conftest import rhnsearch_main
@@ -135,7 +136,8 @@ def test_history_longer_than_a_bulk_call_is_read_whole(stores):
     run = client.search_runs(
         [client.get_experiment_by_name(EXPERIMENT).experiment_id], "tags.trial_id = 'long'"
     )[0]
-    request = histories._server_request(stores["server"])  # the bulk call is there, and samples
+    # the bulk call is there, and samples
+    request = mlflow_compat.server_request(stores["server"], histories.BULK_ENDPOINT)
     answer = request(
         {
             "run_ids": [run.info.run_id],

@@ -6,9 +6,9 @@ import hashlib
 import json
 import os
 
-from mlflow.entities import Dataset, DatasetInput, InputTag
-from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+from mlflow.entities import Dataset, DatasetInput
 
+from ..compat import mlflow as mlflow_compat
 from .sources import SOURCES
 
 SPLIT_USE = {
@@ -42,4 +42,4 @@ def dataset_entity(name: str) -> Dataset:
 
 def dataset_input(name: str) -> DatasetInput:
     """The dataset `name` as a run's training input."""
-    return DatasetInput(dataset_entity(name), [InputTag(MLFLOW_DATASET_CONTEXT, "training")])
+    return DatasetInput(dataset_entity(name), mlflow_compat.dataset_input_tags("training"))

@@ -11,8 +11,9 @@ Three ways, fastest first, each giving the same rows:
   the call's runs, every run of a call returning that many steps) is read again whole with
   get_metric_history; a server without the call gets the next way;
 - anything else: get_metric_history per run and metric.
-The server call goes through MLflow's own HTTP helper and credentials (MLFLOW_TRACKING_TOKEN,
-_USERNAME/_PASSWORD, TLS settings), imported behind one probe: without them, the last way.
+The table and MLflow's own HTTP helper and credentials (MLFLOW_TRACKING_TOKEN,
+_USERNAME/_PASSWORD, TLS settings) are MLflow's internals (compat/mlflow.py): without the
+helpers, the last way.
 """
 
 import sqlite3
@@ -22,6 +23,8 @@ from pathlib import Path
 import pandas as pd
 import sqlalchemy as sa
 from mlflow.tracking import MlflowClient
+
+from ..compat import mlflow as mlflow_compat
 
 SQL_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
 SQL_CHUNK = 500  # runs per SELECT
@@ -38,7 +41,11 @@ def read(uri: str, client: MlflowClient, run_ids: list[str], keys: list[str]) ->
     SQL stores keep them (+-max float), NaN as NaN."""
     if is_database(uri):
         return _sql(uri, run_ids)
-    request = _server_request(uri) if uri.startswith(("http:", "https:")) else None
+    request = (
+        mlflow_compat.server_request(uri, BULK_ENDPOINT)
+        if uri.startswith(("http:", "https:"))
+        else None
+    )
     long = _bulk(request, client, run_ids, keys) if request is not None else None
     if long is None:
         long = _per_run(client, [(run_id, key) for run_id in run_ids for key in keys])
@@ -53,10 +60,7 @@ def is_database(uri: str) -> bool:
 
 def _sql(uri: str, run_ids: list[str]) -> pd.DataFrame:
     """One SELECT per SQL_CHUNK runs on the store's database (sqlite opened read-only)."""
-    query = sa.text(
-        "SELECT run_uuid, key, step, value, is_nan FROM metrics WHERE run_uuid IN "
-        ":ids AND key != 'epoch' AND step >= 1 ORDER BY timestamp"
-    ).bindparams(sa.bindparam("ids", expanding=True))
+    query = mlflow_compat.metric_histories_sql()
     if uri.startswith("sqlite:///"):  # read-only, by a file: URI (its path percent-encoded)
         path = Path(uri.removeprefix("sqlite:///")).resolve()
         engine = sa.create_engine(
@@ -78,26 +82,6 @@ def _sql(uri: str, run_ids: list[str]) -> pd.DataFrame:
     long = pd.DataFrame.from_records(rows, columns=["run_id", "key", "step", "value", "is_nan"])
     long["value"] = long["value"].astype("float64").where(~long["is_nan"].astype(bool))
     return long[COLUMNS]
-
-
-def _server_request(uri: str):
-    """A function sending GetMetricHistoryBulkInterval's query to the server at URI (with
-    MLflow's credentials) and returning its JSON answer, or None on a 404; None where this
-    MLflow lacks the helpers (their module paths are not MLflow's documented API)."""
-    try:
-        from mlflow.utils.credentials import get_default_host_creds
-        from mlflow.utils.rest_utils import http_request, verify_rest_response
-    except ImportError:
-        return None
-    creds = get_default_host_creds(uri)
-
-    def request(params: dict) -> dict | None:
-        response = http_request(creds, BULK_ENDPOINT, "GET", params=params)
-        if response.status_code == 404:
-            return None
-        return verify_rest_response(response, BULK_ENDPOINT).json()
-
-    return request
 
 
 def _bulk(

@@ -11,37 +11,21 @@ deleted one: the first complete one after it. Tune registers a checkpoint only a
 logged its result, so the trial goes on from an epoch that MLflow has (a later checkpoint may
 hold an epoch whose result the killed driver never saw).
 
-This reads Tune's saved state, whose layout is Tune's own: if it is not what is expected here,
-a warning says so and the resume goes on without the repair.
+This reads Tune's saved state, whose layout is Tune's own (compat/ray.py): if it is not what is
+expected here, a warning says so and the resume goes on without the repair.
 """
 
-import json
 import logging
-import pickle
-import re
 
 import pyarrow.fs as pafs
-from ray import cloudpickle
 from ray.tune import Callback
 
+from ..compat import ray as ray_compat
 from ..errors import UserError
 from ..train import CHECKPOINT_FILE
 from . import storage
 
 log = logging.getLogger(__name__)
-
-
-# What Tune reads on resume: the newest file of each kind, and how it reads it.
-SAVED_STATE = {
-    storage.EXPERIMENT_STATE: json.loads,
-    r"(basic-variant-state|search_gen_state)-.*\.json": cloudpickle.loads,
-    r"searcher-state-.*\.pkl": pickle.loads,  # searchers.CellSearcher's own
-}
-
-
-def newest(names: list[str], pattern: str) -> str | None:
-    """The newest of the saved-state files named `pattern` (their names sort by time)."""
-    return max((name for name in names if re.fullmatch(pattern, name)), default=None)
 
 
 class KeepNewestCheckpoint(Callback):
@@ -72,32 +56,28 @@ def prune(filesystem, folder: str, names: list[str] | None, keep: str):
         names = [
             info.base_name
             for info in filesystem.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
-            if re.fullmatch(r"checkpoint_\d{6}", info.base_name)
+            if ray_compat.is_checkpoint(info.base_name)
         ]
     for name in names:
         if name < keep:
             filesystem.delete_dir(f"{folder}/{name}")
 
 
-def saved_trials(experiment: str) -> list:
-    """The trial_data of Tune's newest saved experiment state (none without one)."""
-    state = newest(storage.listdir(experiment), storage.EXPERIMENT_STATE)
-    if state is None:
-        return []
-    return json.loads(storage.read_text(storage.join(experiment, state)))["trial_data"]
+def saved_state(experiment: str) -> str | None:
+    """The text of Tune's newest saved experiment state (None without one)."""
+    state = ray_compat.newest_experiment_state(storage.listdir(experiment))
+    return None if state is None else storage.read_text(storage.join(experiment, state))
 
 
 def saved_trial_ids(experiment: str) -> set[str] | None:
     """The trials in Tune's newest saved experiment state, or None where there is no such
     state or it is not laid out as expected (a Ray release that renames or changes it):
     nothing can be concluded from it then."""
-    if newest(storage.listdir(experiment), storage.EXPERIMENT_STATE) is None:
+    state = saved_state(experiment)
+    if state is None:
         return None
     try:
-        return {
-            (json.loads(info) if isinstance(info, str) else info)["trial_id"]
-            for info, _ in saved_trials(experiment)
-        }
+        return ray_compat.saved_trial_ids(state)
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -105,11 +85,7 @@ def saved_trial_ids(experiment: str) -> set[str] | None:
 def check_saved_state(experiment: str):
     """Refuse, in one line, a resume whose saved Tune state cannot be read (a file cut short):
     Tune would log the error and start the whole experiment again, with empty configs."""
-    names = storage.listdir(experiment)
-    for pattern, load in SAVED_STATE.items():
-        name = newest(names, pattern)
-        if name is None:
-            continue
+    for name, load in ray_compat.newest_saved_states(storage.listdir(experiment)):
         try:
             load(storage.read_bytes(storage.join(experiment, name)))
         except Exception as exc:  # whatever the loader raises, the file cannot be read
@@ -124,19 +100,12 @@ def check_saved_state(experiment: str):
 def stale_checkpoints(experiment: str) -> list[tuple[str, str]]:
     """(trial dir, checkpoint name) of each trial whose latest checkpoint in the saved Tune
     state is no longer in the storage."""
+    state = saved_state(experiment)
     stale = []
-    for trial in saved_trials(experiment):
-        info, run = (json.loads(part) if isinstance(part, str) else part for part in trial)
-        manager = run.get("checkpoint_manager") or {}
-        saved = (
-            bytes.fromhex(manager["value"]).decode("latin-1")  # its pickle, not loaded
-            if manager.get("_type") == "CLOUDPICKLE_FALLBACK"
-            else json.dumps(manager)
-        )
-        named = re.findall(r"checkpoint_\d{6}", saved)
-        trial_dir = storage.join(experiment, info["relative_logdir"])
-        if named and max(named) not in storage.listdir(trial_dir):
-            stale.append((trial_dir, max(named)))
+    for folder, named in ray_compat.saved_checkpoints(state) if state is not None else []:
+        trial_dir = storage.join(experiment, folder)
+        if named and named not in storage.listdir(trial_dir):
+            stale.append((trial_dir, named))
     return stale
 
 
@@ -157,7 +126,7 @@ def repair_checkpoint_names(experiment: str):
         newer = [
             c
             for c in storage.listdir(trial_dir)
-            if re.fullmatch(r"checkpoint_\d{6}", c)
+            if ray_compat.is_checkpoint(c)
             and c > name
             and storage.is_zip(storage.join(trial_dir, c, CHECKPOINT_FILE))
         ]

@@ -12,6 +12,7 @@ from urllib.parse import urlparse
 import ray
 from ray.exceptions import AuthenticationError
 
+from ..compat import ray as ray_compat
 from ..errors import UserError, first_line
 from .trainable import ALLOW_CPU_FALLBACK
 
@@ -68,12 +69,9 @@ def start_ray(address: str | None, modules: list[str] = ()):
                     f"could not join the Ray cluster at {address}: {first_line(exc)}"
                 ) from None
     else:
-        ray.init(
-            include_dashboard=False,
-            logging_level=logging.WARNING,
-            runtime_env=runtime_env,
-            _node_ip_address="127.0.0.1",
-        )  # a local Ray stays on loopback
+        ray_compat.init_on_loopback(
+            include_dashboard=False, logging_level=logging.WARNING, runtime_env=runtime_env
+        )
 
 
 @contextmanager

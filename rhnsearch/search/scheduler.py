@@ -8,9 +8,9 @@ import logging
 import math
 
 import numpy as np
-from ray.tune.result import DEFAULT_METRIC
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
+from ..compat import ray as ray_compat
 from . import storage
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ class CellASHAScheduler(FIFOScheduler):
             return False
         self._metric, self._mode = metric or self._metric, mode or self._mode
         if self._metric is None and self._mode:
-            self._metric = DEFAULT_METRIC
+            self._metric = ray_compat.default_metric()
         return True
 
     def on_trial_add(self, tune_controller, trial):

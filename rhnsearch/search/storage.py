@@ -26,14 +26,13 @@ from urllib.request import url2pathname
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from ..compat import ray as ray_compat
 from ..errors import first_line
 
 log = logging.getLogger(__name__)
 
 # The storage of a sweep run without --storage-path: under the driver's working directory.
 LOCAL_SWEEPS = Path("results/sweeps")
-# Tune's saved experiment state, one file per session; its resume reads the newest.
-EXPERIMENT_STATE = r"experiment_state-.*\.json"
 
 
 def is_uri(location: str) -> bool:
@@ -233,7 +232,7 @@ class Delegate(pafs.FileSystemHandler):
         before the next upload would leave a sweep that cannot be resumed. Dropped, the last
         whole one stays until the next upload, a few seconds later. (Tune writes every other
         file it uploads under a temporary name first.)"""
-        if re.fullmatch(EXPERIMENT_STATE, path.rsplit("/", 1)[-1]):
+        if ray_compat.is_experiment_state(path.rsplit("/", 1)[-1]):
             return pa.PythonFile(_StoredIfJson(lambda: self.output(path, metadata), path), mode="w")
         return self.output(path, metadata)
 

@@ -25,6 +25,7 @@ from mlflow.tracking import MlflowClient
 from ray import tune
 from ray.tune.schedulers import FIFOScheduler
 
+from ..compat import ray as ray_compat
 from ..data import data_dir as default_data_dir
 from ..data import load_dataset
 from ..data.recorded import dataset_input
@@ -446,9 +447,7 @@ def finish(tuner, state: dict) -> dict:
     """Run the Tuner; then wait for the MLflow records and, when every trial has ended, keep
     the best model and close the parent run. The summary is read back from MLflow."""
     start = time.monotonic()
-    # Tune's file loggers are off (start_ray): its result grid would warn that it finds no
-    # result files. MLflow has the results.
-    logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
+    ray_compat.quiet_result_grid()  # Tune's file loggers are off (start_ray)
     results = tuner.fit()
     storage.LATER.wait()  # the scheduler's state and the checkpoints' pruning
     trials_seconds = time.monotonic() - start

@@ -1,11 +1,11 @@
 """Matrix products and reusable buffers for the fused recurrent loops.
 
-On CPU, oneDNN's product (`torch.ops.mkldnn._linear_pointwise`) is 1.5-3x faster here than
-`torch.addmm` / `torch.mm` (MKL) for the recurrent layers' shapes, all the more with the
-weight packed once per call for the per-step products (`_reorder_linear_weight`). These are
-private PyTorch ops: `ONEDNN` is True only if `probe()` found them working, on tiny tensors,
-with results equal to the public ops'; otherwise (and on CUDA, in float64, for products under
-MIN_MACS multiply-adds, or with RHNSEARCH_ONEDNN=0) everything runs on public torch ops.
+On CPU, oneDNN's products are 1.5-3x faster here than `torch.addmm` / `torch.mm` (MKL) for the
+recurrent layers' shapes, all the more with the weight packed once per call for the per-step
+products. These are private PyTorch ops (compat/torch.py): `ONEDNN` is True only on a torch
+they were tested on and where they were found working, on tiny tensors, with results equal to
+the public ops'; otherwise (and on CUDA, in float64, for products under MIN_MACS
+multiply-adds, or with RHNSEARCH_ONEDNN=0) everything runs on public torch ops.
 """
 
 import collections
@@ -17,33 +17,10 @@ import weakref
 import torch
 from torch.nn import functional as F
 
+from ...compat import torch as torch_compat
 
-def probe(ops=None) -> bool:
-    """Whether oneDNN's packed products (in the namespace `ops`, default torch.ops.mkldnn)
-    run here and agree with torch.addmm: any error or mismatch says no."""
-    if ops is None:
-        if not torch.backends.mkldnn.is_available():
-            return False
-        ops = torch.ops.mkldnn
-    gen = torch.Generator().manual_seed(0)
-    x, w, b, other = (
-        torch.randn(*shape, generator=gen) for shape in [(4, 8), (6, 8), (6,), (4, 6)]
-    )
-    want = torch.addmm(b, x, w.t())
-    try:
-        packed = ops._reorder_linear_weight(w, 4)
-        plain = ops._linear_pointwise.default(x, packed, b, "sigmoid", [], "")
-        added = ops._linear_pointwise.binary(x, other, packed, b, "add")
-        multiplied = ops._linear_pointwise.binary(x, other, packed, b, "mul")
-    except Exception:  # noqa: BLE001 - a missing or changed private op
-        return False
-    return all(
-        torch.allclose(got, ref, rtol=1e-4, atol=1e-5)
-        for got, ref in [(plain, want.sigmoid()), (added, want + other), (multiplied, want * other)]
-    )
-
-
-ONEDNN = os.environ.get("RHNSEARCH_ONEDNN", "1") != "0" and probe()
+ONEDNN = os.environ.get("RHNSEARCH_ONEDNN", "1") != "0" and torch_compat.onednn_works()
+REUSE = torch_compat.views_known()  # the buffers of arrays given back are reused
 MIN_MACS = 1 << 20  # measured break-even: batch 32, 128 -> 256 units
 
 
@@ -54,7 +31,7 @@ def _onednn(t: torch.Tensor, macs: int) -> bool:
 def linear(x: torch.Tensor, weight: torch.Tensor, bias=None) -> torch.Tensor:
     """x @ weight.T (+ bias) for 2-D x, as one product (operands may be transposed views)."""
     if _onednn(x, x.shape[0] * weight.numel()):
-        return torch.ops.mkldnn._linear_pointwise.default(x, weight, bias, "none", [], "")
+        return torch_compat.onednn_linear(x, weight, bias)
     return F.linear(x, weight, bias)
 
 
@@ -74,7 +51,7 @@ class Linear:
     def __init__(self, weight: torch.Tensor, batch: int):
         self.onednn = _onednn(weight, batch * weight.numel())
         if self.onednn:
-            self.weight = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), batch)
+            self.weight = torch_compat.pack_weight(weight.contiguous(), batch)
         else:
             self.weight = weight.t()
 
@@ -82,8 +59,8 @@ class Linear:
         """(x @ weight.T + bias) `op` other, op "add" or "mul", then the activation."""
         if self.onednn:
             if other is None:
-                return torch.ops.mkldnn._linear_pointwise.default(x, self.weight, bias, act, [], "")
-            y = torch.ops.mkldnn._linear_pointwise.binary(x, other, self.weight, bias, op)
+                return torch_compat.onednn_linear(x, self.weight, bias, act)
+            y = torch_compat.onednn_linear_with(x, other, self.weight, bias, op)
         elif other is not None and op == "add":
             y = torch.addmm(other, x, self.weight)
             if bias is not None:
@@ -125,8 +102,10 @@ class Workspace:
         return buf[:numel].view(shape)
 
     def give(self, *arrays):
-        """Return arrays from `take` (None is skipped)."""
-        self.returned.extend(a._base for a in arrays if a is not None)
+        """Return arrays from `take` (None is skipped; kept only where torch's views are known,
+        else `take` makes new ones)."""
+        if REUSE:
+            self.returned.extend(torch_compat.view_base(a) for a in arrays if a is not None)
 
     def give_when_freed(self, owner, *arrays):
         """Return the arrays once `owner` (an autograd ctx: its graph) is garbage."""

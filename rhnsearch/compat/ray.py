@@ -1,0 +1,116 @@
+"""What rhnsearch uses of Ray beyond its public API: the names of the files Tune saves its
+state in and how Tune reads them, the layout of its saved experiment state (each trial's
+folder and newest checkpoint), the names of a trial's checkpoint folders, `ray.init`'s
+private node address, Tune's default metric name and the logger of its result grid.
+
+Each function first checks that the installed Ray is in SUPPORTED and raises a one-line
+UserError otherwise (a saved state read wrongly would resume a sweep wrongly). A state read
+here that is not laid out as expected raises KeyError, TypeError or ValueError: the callers
+say so and go on without it.
+"""
+
+import json
+import logging
+import pickle
+import re
+
+from . import require
+
+SUPPORTED = ">=2.60,<2.61"
+EXPERIMENT_STATE = r"experiment_state-.*\.json"  # one per driver session; resume reads the newest
+CHECKPOINT = r"checkpoint_\d{6}"  # a trial's checkpoint folder, numbered from 0
+
+
+def _check(what: str):
+    require("ray", SUPPORTED, what)
+
+
+def is_experiment_state(name: str) -> bool:
+    """Whether the file `name` is Tune's saved experiment state (rewritten in place)."""
+    _check("Tune's file names")
+    return re.fullmatch(EXPERIMENT_STATE, name) is not None
+
+
+def newest_experiment_state(names: list[str]) -> str | None:
+    """The newest of Tune's saved experiment states among the file names `names` (None
+    without one)."""
+    return _newest(names, EXPERIMENT_STATE)
+
+
+def newest_saved_states(names: list[str]) -> list[tuple[str, object]]:
+    """(name, loader) of the newest file of each kind of saved state that Tune's resume
+    reads, among the file names `names`: the loader is how Tune reads its bytes (the searcher's
+    state is what rhnsearch's searcher saves, under Tune's name)."""
+    from ray import cloudpickle
+
+    kinds = {
+        EXPERIMENT_STATE: json.loads,
+        r"(basic-variant-state|search_gen_state)-.*\.json": cloudpickle.loads,
+        r"searcher-state-.*\.pkl": pickle.loads,
+    }
+    found = [(_newest(names, pattern), load) for pattern, load in kinds.items()]
+    return [(name, load) for name, load in found if name is not None]
+
+
+def _newest(names: list[str], pattern: str) -> str | None:
+    _check("Tune's file names")
+    return max((name for name in names if re.fullmatch(pattern, name)), default=None)
+
+
+def _saved_trials(state_text: str) -> list[tuple[dict, dict]]:
+    """(trial info, run state) of each trial in a saved experiment state's text."""
+    _check("Tune's saved experiment state")
+    return [
+        tuple(json.loads(part) if isinstance(part, str) else part for part in trial)
+        for trial in json.loads(state_text)["trial_data"]
+    ]
+
+
+def saved_trial_ids(state_text: str) -> set[str]:
+    """The ids of the trials in a saved experiment state's text."""
+    return {info["trial_id"] for info, _ in _saved_trials(state_text)}
+
+
+def saved_checkpoints(state_text: str) -> list[tuple[str, str | None]]:
+    """(trial folder relative to the experiment, name of its newest checkpoint or None) of
+    each trial in a saved experiment state's text."""
+    found = []
+    for info, run in _saved_trials(state_text):
+        manager = run.get("checkpoint_manager") or {}
+        saved = (
+            bytes.fromhex(manager["value"]).decode("latin-1")  # its pickle, not loaded
+            if manager.get("_type") == "CLOUDPICKLE_FALLBACK"
+            else json.dumps(manager)
+        )
+        named = re.findall(CHECKPOINT, saved)
+        found.append((info["relative_logdir"], max(named) if named else None))
+    return found
+
+
+def is_checkpoint(name: str) -> bool:
+    """Whether `name` is the name of one of a trial's checkpoint folders."""
+    _check("Tune's checkpoint names")
+    return re.fullmatch(CHECKPOINT, name) is not None
+
+
+def init_on_loopback(**options):
+    """`ray.init(**options)` starting a local Ray whose processes listen on 127.0.0.1 only."""
+    import ray
+
+    _check("ray.init's _node_ip_address")
+    ray.init(**options, _node_ip_address="127.0.0.1")
+
+
+def default_metric() -> str:
+    """The metric name Tune gives a scheduler that is told a mode but no metric."""
+    _check("Tune's default metric")
+    from ray.tune.result import DEFAULT_METRIC
+
+    return DEFAULT_METRIC
+
+
+def quiet_result_grid():
+    """Keep Tune's result grid from warning that it finds no result files (with Tune's file
+    loggers off, MLflow has the results): its module's logger shows errors only."""
+    _check("the module path of Tune's experiment analysis")
+    logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
