@@ -63,7 +63,7 @@ def reporter(config: dict, cells=None):
             "gpu_ids": "none",
             "node_id": "bench",
             "torch_version": "bench",
-            "params": 1000,
+            "n_params": 1000,
             "reported_at": time.time(),
         }
         if epoch == reports:

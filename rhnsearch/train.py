@@ -14,7 +14,6 @@ from pathlib import Path
 
 import torch
 
-from .budget import count_params
 from .data import DATASETS
 from .errors import UserError
 from .models import BACKENDS, build_model, check_arch, detach_state
@@ -70,7 +69,8 @@ class TrialConfig:
 
     @classmethod
     def from_dict(cls, values: dict) -> TrialConfig:
-        """Build from a dict, ignoring keys that are not config fields (e.g. sweep metadata)."""
+        """Build from a dict, ignoring keys that are not config fields (a checkpoint's config
+        saved by another version; a sweep's trial is read strictly, `TrialSpec.from_tune`)."""
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in names})
 
@@ -163,9 +163,7 @@ class Trainer:
         self.task = get_task(config.task)
         vocab = len(getattr(data, "vocab", ()))
         self.model = trial_model(config, vocab).to(self.device)
-        self.params = count_params(
-            config.task, config.arch, config.depth, config.width, config.tied, vocab
-        )
+        self.n_params = sum(p.numel() for p in self.model.parameters())  # = count_params
         self.optimizer = self._optimizer()
         self.max_loss = config.max_loss or 3 * self.task.uniform_loss(vocab)
         self.epoch, self.status = 0, "running"
@@ -316,7 +314,7 @@ class Trainer:
             {
                 "status": self.status,
                 "epochs": self.epoch,
-                "params": self.params,
+                "params": self.n_params,
                 "dataset": self.config.dataset,
                 "train_loss": last.get("train_loss", math.nan),
                 "valid_loss": last.get("valid_loss", math.nan),

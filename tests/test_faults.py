@@ -95,7 +95,7 @@ def test_trial_worker_killed_mid_epoch_resumes_from_its_checkpoint(tmp_path, dat
     """SIGKILL the trial's Ray worker mid-epoch: Tune retries it from its last checkpoint on
     a new worker; one MLflow run, every epoch once, the same losses as an unbroken run."""
     from rhnsearch.data import load_dataset
-    from rhnsearch.search.trainable import trial_config
+    from rhnsearch.search.trial import TrialSpec
     from rhnsearch.train import Trainer
 
     epochs = 10
@@ -144,7 +144,8 @@ def test_trial_worker_killed_mid_epoch_resumes_from_its_checkpoint(tmp_path, dat
     config = json.loads((experiment / trial_dir / "params.json").read_text())
     cells = json.loads((experiment / "rhnsearch_sweep.json").read_text())["cells"]
     unbroken = Trainer(
-        trial_config(config, cells), load_dataset("jsb", data_dir=data_dir, allow_fetch=False)
+        TrialSpec.from_tune(config, cells).config,
+        load_dataset("jsb", data_dir=data_dir, allow_fetch=False),
     )
     unbroken.fit()
     logged = sorted(

@@ -26,6 +26,7 @@ from ray.tune.search import Searcher
 from ..models import resolve_arch
 from . import storage
 from .space import Distribution, Space
+from .trial import tune_config
 
 METRIC, MODE = "valid_loss", "min"
 BEST = "best_valid_loss"  # what a cell's study is told of a trial
@@ -97,7 +98,7 @@ class CellSearcher(Searcher):
         k, label, s = self.order[self.next]
         self.next += 1
         seed = {"seed": self.constants.get("seed", 0) + s} if self.seeded else {}
-        return {**self.constants, "cell": label, **seed, **self.setting(trial_id, label, k)}
+        return tune_config(self.constants, label, {**seed, **self.setting(trial_id, label, k)})
 
     def setting(self, trial_id: str, label: str, k: int) -> dict:
         """Setting K of the cell LABEL, at random: a function of the space's seed, the cell

@@ -47,6 +47,7 @@ from .searchers import METRIC, MODE, build_searcher, round_slots
 from .space import Space, load_space
 from .tracking import MLflowTracker, get_experiment, sender_for
 from .trainable import run_trial
+from .trial import tune_constants
 
 log = logging.getLogger(__name__)
 STATE_FILE = "rhnsearch_sweep.json"
@@ -291,14 +292,7 @@ def build_tuner(space: Space, state: dict, sweep_path: str, function=run_trial) 
     storage; its trials run FUNCTION (`run_trial`; benchmarks/driver_load.py gives one that
     only reports)."""
     name, cells = state["name"], state["cells"]
-    constants = {
-        "threads": space.threads,
-        **space.fixed,
-        "dataset": space.dataset,
-        "data_dir": state["data_dir"],
-        "preset": state["preset"] or "base",
-        "study": space.study,
-    }
+    constants = tune_constants(space, state["data_dir"], state["preset"])
     last = rounds(state)[-1]
     slots = round_slots(last["samples"], last["seeds"], tuple(last["done"]))
     searcher = build_searcher(space, cells, constants, slots, state["search"], sweep_path, name)

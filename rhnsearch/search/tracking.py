@@ -27,12 +27,10 @@ from ray.tune import Callback
 
 from ..data.recorded import dataset_input
 from ..errors import first_line
-from ..models import resolve_arch
 from ..provenance import provenance_tags
-from ..tasks import get_task
 from ..tracking_store import artifact_root
 from . import storage
-from .trainable import trial_config
+from .trial import TrialSpec
 
 log = logging.getLogger(__name__)
 QUEUE_SIZE = 1000  # records held in memory for the sender; the journal holds them all
@@ -57,7 +55,7 @@ SKIP_RESULT_KEYS = {
     "iterations_since_restore",
     "checkpoint_dir_name",
     "should_checkpoint",
-    "params",
+    "n_params",  # a param of the run (TrialSpec.mlflow_params)
 }
 PLACEMENT_KEYS = {
     "hostname": "host",
@@ -74,14 +72,6 @@ def get_experiment(client: MlflowClient, uri: str, name: str) -> str:
     if experiment is not None:
         return experiment.experiment_id
     return client.create_experiment(name, artifact_location=artifact_root(uri, name))
-
-
-def flat_params(config: dict, cells: dict) -> dict:
-    """A trial's Tune config as plain MLflow params: its cell's label (`cell`) and fields."""
-    params = {k: v for k, v in config.items() if k != "data_dir"}
-    params.update(cells[config["cell"]])
-    params["n_params"] = params.pop("params")
-    return params
 
 
 def journal_location(experiment: str, sweep: str) -> tuple[str, str | None]:
@@ -438,26 +428,18 @@ class MLflowTracker(Callback):
         self.sender.put(self.sender.journal.append(record))
 
     def start_run(self, trial):
-        """Record the trial's params (not those its arch does not read) and dataset, once per
-        trial and driver (again after a resume: the same values, which MLflow takes again
-        without change)."""
+        """Record the trial's params (`TrialSpec.mlflow_params`) and dataset, once per trial
+        and driver (again after a resume: the same values, which MLflow takes again without
+        change)."""
         if trial.trial_id in self.started:
             return
         self.started.add(trial.trial_id)
-        config = trial.config
-        cfg = trial_config(config, self.cells)
-        params = {
-            **{k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
-            **flat_params(config, self.cells),
-            "loss_unit": get_task(cfg.task).loss_unit,
-        }
-        for unused in resolve_arch(cfg.arch).unused:
-            params.pop(unused, None)
+        spec = TrialSpec.from_tune(trial.config, self.cells)
         self._record(
             trial.trial_id,
-            name=f"{cfg.arch}-d{cfg.depth}-{trial.trial_id}",
-            dataset=cfg.dataset,
-            params=[Param(k, str(v)[:6000]) for k, v in sorted(params.items())],
+            name=f"{spec.config.arch}-d{spec.config.depth}-{trial.trial_id}",
+            dataset=spec.config.dataset,
+            params=[Param(k, v) for k, v in spec.mlflow_params().items()],
         )
 
     def on_trial_start(self, iteration, trials, trial, **info):

@@ -13,16 +13,12 @@ import torch
 from ray import tune
 
 from ..data import load_dataset
-from ..train import Trainer, TrialConfig
+from ..train import Trainer
+from .trial import TrialSpec
 
 ALLOW_CPU_FALLBACK = "RHNSEARCH_ALLOW_CPU_FALLBACK"  # =1: a GPU trial may train on the CPU
 _DATA = {}  # dataset cache per worker process: (name, data dir) -> data
 HELD_FILE = "held.json"  # in a trial's checkpoint: the wall seconds it has held resources
-
-
-def trial_config(config: dict, cells: dict) -> TrialConfig:
-    """The TrialConfig of a trial's Tune config, its cell (a label) looked up in `cells`."""
-    return TrialConfig.from_dict({**config, **cells[config["cell"]]})
 
 
 def assigned_gpus() -> list:
@@ -40,8 +36,8 @@ def assigned_gpus() -> list:
 
 
 def run_trial(config: dict, cells: dict):
-    """Train the trial's configuration, `tune.report` per epoch; resumes from Tune's checkpoint.
-    (`cells`: label -> cell, passed by `tune.with_parameters`.)
+    """Train the trial of a Tune CONFIG (`TrialSpec.from_tune`), `tune.report` per epoch;
+    resumes from Tune's checkpoint. (CELLS: label -> cell, passed by `tune.with_parameters`.)
 
     The last report of a trial that ends by itself carries status completed or diverged and
     its test numbers; a trial stopped by the scheduler ends on a report with status running.
@@ -55,10 +51,11 @@ def run_trial(config: dict, cells: dict):
     logging.getLogger("ray.train").setLevel(logging.WARNING)  # no line per checkpoint
     gpus = assigned_gpus()
     held = ray.get_runtime_context().get_assigned_resources()
-    cfg = trial_config(config, cells)
-    key = (cfg.dataset, config["data_dir"])
+    spec = TrialSpec.from_tune(config, cells)
+    cfg = spec.config
+    key = (cfg.dataset, spec.data_dir)
     if key not in _DATA:
-        _DATA[key] = load_dataset(cfg.dataset, data_dir=config["data_dir"])
+        _DATA[key] = load_dataset(cfg.dataset, data_dir=spec.data_dir)
     trainer = Trainer(cfg, _DATA[key])
     checkpoint, before = tune.get_checkpoint(), 0.0
     if checkpoint:
@@ -91,6 +88,6 @@ def run_trial(config: dict, cells: dict):
             trainer.save(directory)
             (Path(directory) / HELD_FILE).write_text(json.dumps({"held_seconds": seconds}))
             tune.report(
-                {**metrics, **placement, **spent, "params": trainer.params},
+                {**metrics, **placement, **spent, "n_params": trainer.n_params},
                 checkpoint=tune.Checkpoint.from_directory(directory),
             )
