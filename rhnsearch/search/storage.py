@@ -30,8 +30,6 @@ from ..errors import first_line
 
 log = logging.getLogger("rhnsearch")
 
-# The storage of a sweep run without --storage-path: under the driver's working directory.
-LOCAL_SWEEPS = Path("results/sweeps")
 # Tune's saved experiment state, one file per session; its resume reads the newest.
 EXPERIMENT_STATE = r"experiment_state-.*\.json"
 

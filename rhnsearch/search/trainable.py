@@ -14,10 +14,10 @@ from ray import tune
 
 from ..data import load_dataset
 from ..train import Trainer, TrialConfig
+from .layout import HELD_FILE
 
 ALLOW_CPU_FALLBACK = "RHNSEARCH_ALLOW_CPU_FALLBACK"  # =1: a GPU trial may train on the CPU
 _DATA = {}  # dataset cache per worker process: (name, data dir) -> data
-HELD_FILE = "held.json"  # in a trial's checkpoint: the wall seconds it has held resources
 
 
 def trial_config(config: dict, cells: dict) -> TrialConfig:
