@@ -27,16 +27,14 @@ from pathlib import Path
 
 from ..errors import UserError, first_line
 from ..tracking_store import resolve_tracking_uri
-from . import storage
 from .layout import (
     JOB_HEAD_FILE,
     JOB_PRIVATE_DIR,
     JOB_TOKEN_FILE,
-    LOCAL_SWEEPS,
     SBATCH_FILE,
     SLURM_OUTPUT,
-    STORAGE_ENV,
     SweepPaths,
+    sweep_storage,
 )
 from .space import load_space
 
@@ -441,11 +439,7 @@ def submit_sweep(
     if request.nodes < 1 or request.signal_seconds < 1:
         raise UserError("--nodes and --signal-seconds must be positive")
     uri = resolve_tracking_uri(tracking_uri)
-    root = storage.normalize(
-        storage_path or os.environ.get(STORAGE_ENV) or str(LOCAL_SWEEPS.resolve())
-    )
-    if not (storage.is_uri(root) or Path(root).is_absolute()):
-        root = str(Path(root).resolve())
+    root = sweep_storage(storage_path, None)  # the job's Ray is not there yet: no address
     name = name or f"{loaded.study}-{preset or 'base'}-{datetime.now():%Y%m%d-%H%M%S}"
     job_dir = SweepPaths(root, name).slurm_dir
     args = sweep_args(
