@@ -111,8 +111,8 @@ def main(argv=None):
         if found is None:
             summary = rhnsearch.run_sweep(
                 args.space,
-                args.preset,
-                args.overrides,
+                preset=args.preset,
+                overrides=args.overrides,
                 scheduler=scheduler,
                 data_dir=args.data_dir,
                 experiment=EXPERIMENT,

@@ -80,8 +80,8 @@ def run_rhnsearch(args, work: Path) -> dict:
     """The sweep's own Tuner over reporting trials; CPU until MLflow has every record."""
     from mlflow.tracking import MlflowClient
 
-    from rhnsearch.search import storage
     from rhnsearch.search.cluster import start_ray
+    from rhnsearch.search.record import Round, SweepRecord
     from rhnsearch.search.space import load_space
     from rhnsearch.search.sweep import build_tuner
     from rhnsearch.search.tracking import get_experiment, sender_for
@@ -104,23 +104,27 @@ def run_rhnsearch(args, work: Path) -> dict:
     client = MlflowClient(args.url)
     experiment_id = get_experiment(client, args.url, "driver_load_rhnsearch")
     parent = client.create_run(experiment_id, run_name=name, tags={"sweep": name})
-    state = {
-        "name": name,
-        "cells": cells,
-        "tracking_uri": args.url,
-        "storage": root,
-        "experiment_id": experiment_id,
-        "parent_run_id": parent.info.run_id,
-        "data_dir": str(work),
-        "preset": "smoke",
-        "search": space.search,
-        "scheduler": "cell_asha",
-        "space": space.model_dump(mode="json"),
-    }
-    experiment_path = storage.join(root, name)
+    record = SweepRecord(
+        name=name,
+        space_path=str(SPACE),
+        preset="smoke",
+        overrides=(),
+        search=space.search,
+        scheduler="cell_asha",
+        tracking_uri=args.url,
+        experiment_id=experiment_id,
+        parent_run_id=parent.info.run_id,
+        data_dir=str(work),
+        storage=root,
+        trials=space.num_trials,
+        cells=cells,
+        space=space.model_dump(mode="json"),
+        plan=None,
+        rounds=(Round(space.samples, space.seeds),),
+    )
     start_ray(None)
-    tuner = build_tuner(space, state, experiment_path, function=tune_parameters(args))
-    sender = sender_for(experiment_path, args.url, experiment_id, parent.info.run_id, name)
+    tuner = build_tuner(space, record, function=tune_parameters(args))
+    sender = sender_for(record.parent_run)
     backlog, stop = [0], threading.Event()
 
     def watch():

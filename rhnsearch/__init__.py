@@ -6,8 +6,9 @@ The Python API, for notebooks and scripts (the `rhnsearch` command line is built
     build_model(task, arch, depth, width, ...)    a model (see docs/models.md)
     TrialConfig(...), Trainer(config, data)       train one configuration
     load_space(path, preset=..., overrides=...)   a validated search space
-    run_sweep(path, preset, ...), resume_sweep(name)   a sweep on Ray Tune, recorded in MLflow
-    extend_sweep(name, samples, seeds)            more settings or seeds for a finished sweep
+    run_sweep(path, *, preset, overrides, ...)    a sweep on Ray Tune, recorded in MLflow
+    resume_sweep(name, *, address, storage_path)  an interrupted sweep, continued
+    extend_sweep(name, *, samples, seeds, ...)    more settings or seeds for a finished sweep
     load_trials(experiment, sweep=...)            a study's trials from MLflow, as a DataFrame
 
 Names are imported on first use, so `import rhnsearch` stays light.

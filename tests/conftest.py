@@ -48,6 +48,7 @@ FIXTURE_TIERS = {
     "mlflow_pg_server": ("services",),
     "mlflow_srv": ("services",),
     "browser": ("services",),
+    "ui": ("services",),  # test_ui.py's `rhnsearch ui` server
     "slurm": ("services", "cluster", "slow"),
 }
 

@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+import uuid
 from pathlib import Path
 
 import psutil
@@ -449,3 +450,119 @@ def test_checkpoint_with_pickled_code_is_refused_unread(tmp_path, jsb, data_dir)
     )
     one_line_error(proc.returncode, proc.stderr, "refused")
     assert not marker.exists() and (ckpt / CHECKPOINT_FILE).read_bytes() == saved
+
+
+# -- cells of one's own ----------------------------------------------------------------------
+OWN_CELLS = '''
+import torch
+from torch import nn
+
+
+class NotAModule:
+    def __init__(self, input_size, width, depth):
+        self.input_size, self.width, self.depth = input_size, width, depth
+
+
+class WrongShapes(nn.Module):
+    """Follows the interface but for its step's state: (B, 2n), not (B, n)."""
+
+    def __init__(self, input_size, width, depth):
+        super().__init__()
+        self.input_size, self.width, self.depth = input_size, width, depth
+        self.encode = nn.Linear(input_size, width)
+
+    def project(self, x):
+        return self.encode(x)
+
+    def forward(self, z, s, mask=None):
+        return torch.cat([s, z], -1), {}
+'''
+OWN_CELL_CASES = {  # NAME of the module written -> (the arch, what the error says)
+    "missing module": ("nosuch_{m}:Cell", "cannot import it"),
+    "missing class": ("{m}:NoSuchCell", "cannot import it"),
+    "not an nn.Module": ("{m}:NotAModule", "it is not an nn.Module class"),
+    "wrong step shapes": ("{m}:WrongShapes", "project or a step gives tensors of the wrong shape"),
+}
+
+
+@pytest.mark.parametrize("command", ["run", "check"])
+@pytest.mark.parametrize("case", list(OWN_CELL_CASES))
+def test_bad_own_cell_is_one_line_before_ray(case, command, tmp_path, monkeypatch):
+    """A cell of one's own that is not there, not a class of the module, not an nn.Module,
+    or whose step gives the wrong shapes: `sweep run` and `sweep check` refuse it in one
+    line, exit 2, no traceback, nothing written, before Ray (run points at an unreachable
+    address: a cell that wrongly passed would stop there, not start a sweep)."""
+    module = f"owncells_{uuid.uuid4().hex[:8]}"  # a name of its own: imports are cached
+    lab, cwd = tmp_path / "lab", tmp_path / "cwd"
+    lab.mkdir(), cwd.mkdir()
+    (lab / f"{module}.py").write_text(OWN_CELLS)
+    monkeypatch.syspath_prepend(str(lab))
+    arch, expected = OWN_CELL_CASES[case]
+    where = UNREACHABLE_RAY if command == "run" else []
+    proc = rhnsearch_main(
+        "sweep",
+        command,
+        JSB_SPACE,
+        "--preset",
+        "smoke",
+        "--set",
+        f'archs=[rhn, "{arch.format(m=module)}"]',
+        *where,
+        cwd=cwd,
+        check=False,
+    )
+    one_line_error(proc.returncode, proc.stderr, expected)
+    assert "Traceback" not in proc.stderr and arch.format(m=module) in proc.stderr
+    assert os.listdir(cwd) == []  # no results/, no mlflow.db
+    for name in [n for n in sys.modules if module in n]:
+        monkeypatch.delitem(sys.modules, name)
+
+
+UNREACHABLE = ["--address", "127.0.0.1:1"]
+LEAVE_NO_FILE = {  # the command -> its exit code
+    "status of an unknown name": (["sweep", "status", "nosuch"], 2),
+    "resume of an unknown name": (["sweep", "resume", "nosuch"], 2),
+    "extend of an unknown name": (["sweep", "extend", "nosuch", "--samples", "4"], 2),
+    "resume of an unknown name, on a cluster": (
+        ["sweep", "resume", "nosuch", *UNREACHABLE, "--storage-path", "{store}"],
+        2,
+    ),
+    "extend of an unknown name, on a cluster": (
+        ["sweep", "extend", "nosuch", "--samples", "4", *UNREACHABLE, "--storage-path", "{store}"],
+        2,
+    ),
+    "check": (["sweep", "check", JSB_SPACE, "--preset", "smoke"], 0),
+    "plan": (
+        [
+            "sweep",
+            "plan",
+            JSB_SPACE,
+            "--preset",
+            "smoke",
+            "--set",
+            "archs=[rhn]",
+            "--set",
+            "depths=[1]",
+            "--data-dir",
+            "{data}",
+        ],
+        0,
+    ),  # fmt: skip
+}
+
+
+@pytest.mark.parametrize("case", list(LEAVE_NO_FILE))
+def test_commands_that_run_no_sweep_leave_the_working_dir_empty(case, tmp_path, data_dir):
+    """`sweep status`, `check` and `plan`, and `resume`/`extend` of a name that is not there
+    (on a local Ray, and at an unreachable cluster with a storage path): nothing in the
+    working dir (no results/, no mlflow.db), nor in the storage; an unknown name is one line."""
+    args, code = LEAVE_NO_FILE[case]
+    cwd, store = tmp_path / "cwd", tmp_path / "store"
+    cwd.mkdir()
+    args = [str(a).format(store=store, data=data_dir) for a in args]
+    proc = rhnsearch_main(*args, cwd=cwd, check=False, env={"RHNSEARCH_STORAGE": ""})
+    if code == 2:
+        one_line_error(proc.returncode, proc.stderr, "no sweep named 'nosuch'")
+    else:
+        assert proc.returncode == 0, proc.stderr
+    assert os.listdir(cwd) == [] and not store.exists()

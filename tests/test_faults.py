@@ -265,6 +265,8 @@ def test_runs_are_deleted_only_on_the_strength_of_a_state_read(state, tmp_path, 
     had started it before Tune saved it; the resume ran its setting again), but only where
     that state was read: a state renamed (as a Ray release might) or unreadable deletes
     nothing, and says so in one warning line."""
+    from rhnsearch.search.layout import SweepPaths
+    from rhnsearch.search.record import ParentRun
     from rhnsearch.search.sweep import drop_lost_runs
 
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
@@ -283,8 +285,8 @@ def test_runs_are_deleted_only_on_the_strength_of_a_state_read(state, tmp_path, 
         "unreadable": ("experiment_state-2026-11-25_06-00-00.json", '{"trial_data": [['),
     }[state]
     (folder / name).write_text(text)
-    sweep = {"experiment_id": experiment, "parent_run_id": parent, "storage": str(tmp_path)}
-    drop_lost_runs(client, {**sweep, "name": "sweep", "space": {"samples": 1, "seeds": 1}})
+    paths = SweepPaths(str(tmp_path), "sweep")
+    drop_lost_runs(client, ParentRun(client.tracking_uri, experiment, parent, paths))
     kept = {
         r.data.tags["trial_id"] for r in client.search_runs([experiment], "tags.kind = 'trial'")
     }
@@ -304,8 +306,8 @@ def test_tune_writes_the_storage_in_whole_files(tmp_path):
     file:// URI is written the same way."""
     import pyarrow.fs as pafs
 
+    from rhnsearch.search.layout import sweep_storage
     from rhnsearch.search.storage import split
-    from rhnsearch.search.sweep import sweep_storage
 
     storage = tmp_path / "storage"
     storage.mkdir()
@@ -1051,6 +1053,8 @@ def test_resumed_driver_leaves_finished_runs_as_they_were(tmp_path):
     from ray.tune.experiment import Trial
 
     from rhnsearch.search import tracking
+    from rhnsearch.search.layout import SweepPaths
+    from rhnsearch.search.record import ParentRun
 
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = client.create_experiment("resume")
@@ -1059,9 +1063,8 @@ def test_resumed_driver_leaves_finished_runs_as_they_were(tmp_path):
 
     def driver():
         tracking._SENDERS.clear()  # a driver process of its own, with a sender of its own
-        tracker = tracking.MLflowTracker(
-            client.tracking_uri, experiment, parent, "s", str(tmp_path), cells
-        )  # its storage: a directory
+        run = ParentRun(client.tracking_uri, experiment, parent, SweepPaths(str(tmp_path), "s"))
+        tracker = tracking.MLflowTracker(run, cells)  # its storage: a directory
         tracker.setup()
         return tracker
 

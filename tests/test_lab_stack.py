@@ -8,8 +8,11 @@ fresh directory; and the password is nowhere the sweep wrote."""
 import json
 import secrets
 
+import matplotlib.image
+import numpy
 import pytest
 from mlflow.tracking import MlflowClient
+from test_report import Page
 
 from conftest import JSB_SPACE, json_summary, rhnsearch_cli, rhnsearch_main
 from lab_services import mlflow_server, postgres_database
@@ -118,7 +121,14 @@ def test_sweep_through_a_postgresql_server_with_a_login_and_a_bucket(
             data_dir,
             "--json",
         )
-        assert (fresh / "report.html").stat().st_size > 10_000
+        page = Page((fresh / "report.html").read_text())  # the sweep's study, table and figure
+        assert {r["field"]: r["value"] for r in page.table_rows("header-facts")}["study"] == (
+            "jsb_optimization"
+        )
+        rows = page.table_rows("study-table")
+        assert sorted((r["arch"], r["depth"]) for r in rows) == [("RHN", "1"), ("RHN", "2")]
+        assert sum(int(r["settings"]) for r in rows) == 4
+        assert all(page.images.get(s) for s in ("figure", "curves", "parallel"))
         rhnsearch_main(
             "results",
             "export",
@@ -132,7 +142,9 @@ def test_sweep_through_a_postgresql_server_with_a_login_and_a_bucket(
             cwd=fresh,
         )  # the histories from the database itself, as the table has them
         assert (fresh / "history.csv").read_text() == (fresh / "history-db.csv").read_text()
-        assert (fresh / "swarm.png").stat().st_size > 10_000
+        swarm = matplotlib.image.imread(fresh / "swarm.png")  # a PNG that shows something
+        assert swarm.shape[0] > 200 and swarm.shape[1] > 200
+        assert len(numpy.unique(swarm.reshape(-1, swarm.shape[-1]), axis=0)) > 10
         assert "| RHN | 1 |" in table and "| RHN | 2 |" in table
         best = json.loads(analysis.stdout.splitlines()[-1])["run_id"]
         for key, value in login.items():  # this process reads the server too

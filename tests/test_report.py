@@ -434,6 +434,15 @@ def test_a_cell_and_a_study_of_ones_own_are_trained_and_reported(
         budget = {"1": 6000, "6": 16000}[p["depth"]]  # the space's budgets
         assert abs(int(p["n_params"]) - budget) < 0.05 * budget
     assert {r.data.tags["status"] for r in own} <= {"completed", "stopped", "diverged"}
+    # and it trains: a cell that gave NaN from its first step would pass the lines above
+    trained = [
+        r
+        for r in own
+        if r.data.tags["status"] in {"completed", "stopped"}
+        and math.isfinite(r.data.metrics.get("best_valid_loss", math.nan))
+        and r.data.metrics["best_valid_loss"] < 88 * math.log(2)  # below a coin per key
+    ]
+    assert trained, [(r.data.tags["status"], r.data.metrics) for r in own]
     page = Page(pages["jsb_diverging"].read_text())
     facts = {r["field"]: r["value"] for r in page.table_rows("header-facts")}
     assert facts["study"] == "lab_study"

@@ -16,9 +16,10 @@ from ray.tune.schedulers import FIFOScheduler
 
 from rhnsearch.compat import ray as ray_compat
 from rhnsearch.search import storage
+from rhnsearch.search.layout import SCHEDULER_STATE_FILE
 from rhnsearch.search.scheduler import CellASHAScheduler
 from rhnsearch.search.space import load_space
-from rhnsearch.search.sweep import SCHEDULER_STATE_FILE, build_scheduler
+from rhnsearch.search.sweep import build_scheduler
 
 from conftest import ROOT
 

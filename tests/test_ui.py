@@ -20,6 +20,7 @@ import pandas as pd
 import psutil
 import pytest
 
+import tiers
 from conftest import ROOT, rhnsearch_cli
 
 ARTIFACTS = Path(os.environ.get("RHNSEARCH_TEST_ARTIFACTS", ROOT / "results" / "test-artifacts"))
@@ -47,7 +48,9 @@ def wait_for_health(url: str, proc, timeout: float = 240):
 
 @pytest.fixture(scope="module")
 def ui(jsb_smoke):
-    """`rhnsearch ui` on a free loopback port, serving the smoke sweeps' store."""
+    """`rhnsearch ui` on a free loopback port, serving the smoke sweeps' store (a server: the
+    `services` tier, conftest.FIXTURE_TIERS)."""
+    tiers.needs("services", "starts the MLflow UI server")
     port = free_port()
     proc = subprocess.Popen(
         [

@@ -390,18 +390,18 @@ def cmd_run(args):
     return sweep_then_report(
         lambda: run_sweep(
             args.space,
-            args.preset,
-            overrides(args),
-            args.address,
-            args.search,
-            args.scheduler,
-            args.data_dir,
-            args.tracking_uri,
-            args.experiment,
-            args.name,
-            args.storage_path,
-            args.resume,
-            args.plan,
+            preset=args.preset,
+            overrides=overrides(args),
+            address=args.address,
+            search=args.search,
+            scheduler=args.scheduler,
+            data_dir=args.data_dir,
+            tracking_uri=args.tracking_uri,
+            experiment=args.experiment,
+            name=args.name,
+            storage_path=args.storage_path,
+            resume=args.resume,
+            plan=args.plan,
         ),
         args.json,
     )
@@ -411,7 +411,8 @@ def cmd_resume(args):
     from ..search.sweep import resume_sweep
 
     return sweep_then_report(
-        lambda: resume_sweep(args.name, args.address, args.storage_path), args.json
+        lambda: resume_sweep(args.name, address=args.address, storage_path=args.storage_path),
+        args.json,
     )
 
 
@@ -421,7 +422,13 @@ def cmd_extend(args):
     if args.samples is None and args.seeds is None:
         raise UserError("sweep extend: give --samples N (settings a cell) or --seeds N")
     return sweep_then_report(
-        lambda: extend_sweep(args.name, args.samples, args.seeds, args.address, args.storage_path),
+        lambda: extend_sweep(
+            args.name,
+            samples=args.samples,
+            seeds=args.seeds,
+            address=args.address,
+            storage_path=args.storage_path,
+        ),
         args.json,
     )
 

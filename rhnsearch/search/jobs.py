@@ -19,8 +19,8 @@ from ..errors import UserError, first_line
 from ..provenance import COMMIT_ENV, DIRTY_ENV, git_commit
 from . import storage
 from .cluster import check_address, refused_token
+from .layout import STORAGE_ENV
 from .space import load_space
-from .sweep import STORAGE_ENV
 
 RUNTIME_ENV = Path("jobs/runtime_env.yaml")
 

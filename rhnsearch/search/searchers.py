@@ -25,12 +25,12 @@ from ray.tune.search import Searcher
 
 from ..models import resolve_arch
 from . import storage
+from .layout import OPTUNA_JOURNAL
 from .space import Distribution, Space
 from .trial import tune_config
 
 METRIC, MODE = "valid_loss", "min"
 BEST = "best_valid_loss"  # what a cell's study is told of a trial
-OPTUNA_JOURNAL = "optuna_journal"
 SAMPLERS = {
     "tpe": lambda seed: optuna.samplers.TPESampler(seed=seed, constant_liar=True),
     "gp": lambda seed: optuna.samplers.GPSampler(seed=seed),

@@ -27,9 +27,16 @@ from pathlib import Path
 
 from ..errors import UserError, first_line
 from ..tracking_store import resolve_tracking_uri
-from . import storage
+from .layout import (
+    JOB_HEAD_FILE,
+    JOB_PRIVATE_DIR,
+    JOB_TOKEN_FILE,
+    SBATCH_FILE,
+    SLURM_OUTPUT,
+    SweepPaths,
+    sweep_storage,
+)
 from .space import load_space
-from .sweep import STORAGE_ENV
 
 PORT_BASE, PORT_SLOTS, SLOT_SIZE = 20000, 400, 100  # ports 20000-59999, 100 to a slot
 SERVICES = 8  # a slot's first ports: Ray's services on a node; the rest: its workers
@@ -91,7 +98,7 @@ def batch_script(request: Request, name: str, job_dir: Path, sweep_args: list[st
     return "\n".join(
         [
             "#!/bin/bash",
-            *sbatch_lines(request, name, job_dir / "slurm-%j.out"),
+            *sbatch_lines(request, name, job_dir / SLURM_OUTPUT),
             f"# Sweep {name}, written by `rhnsearch sweep submit --slurm`. Slurm runs it again",
             "# from the top after a requeue or a time limit: the sweep resumes where it stopped.",
             f"cd {shlex.quote(os.getcwd())}",
@@ -248,12 +255,12 @@ class Job:
     @property
     def private(self) -> Path:
         """The job's own directory (mode 700): Ray's token and the head's address."""
-        return self.job_dir / f".job-{self.id}"
+        return self.job_dir / JOB_PRIVATE_DIR.format(self.id)
 
     @property
     def token(self) -> Path:
         """Ray's token for the job's cluster, in its private directory."""
-        return self.private / "token"
+        return self.private / JOB_TOKEN_FILE
 
     @property
     def env(self) -> dict:
@@ -291,7 +298,7 @@ def run_job(job_dir: str, sweep_args: list[str]) -> int:
     try:
         base = ray_start(None, head, port_slot(job.id, head), job.temp_dir("head"), job.env)
         log(f"node {nodes[0]}: ports {base}-{base + SLOT_SIZE - 1}")
-        (job.private / "head").write_text(f"{head}:{base}")
+        (job.private / JOB_HEAD_FILE).write_text(f"{head}:{base}")
         if len(nodes) > 1:
             workers = subprocess.Popen(
                 [
@@ -386,7 +393,7 @@ def run_node(job_dir: str) -> int:
         if "SLURMD_NODENAME" not in os.environ
         else node_address(os.environ["SLURMD_NODENAME"])
     )
-    head_file = job.private / "head"
+    head_file = job.private / JOB_HEAD_FILE
     deadline = time.monotonic() + NODE_TIMEOUT
     while not head_file.exists():
         if time.monotonic() > deadline:
@@ -432,19 +439,14 @@ def submit_sweep(
     if request.nodes < 1 or request.signal_seconds < 1:
         raise UserError("--nodes and --signal-seconds must be positive")
     uri = resolve_tracking_uri(tracking_uri)
-    root = storage.normalize(
-        storage_path or os.environ.get(STORAGE_ENV) or str(storage.LOCAL_SWEEPS.resolve())
-    )
-    if not (storage.is_uri(root) or Path(root).is_absolute()):
-        root = str(Path(root).resolve())
+    root = sweep_storage(storage_path, None)  # the job's Ray is not there yet: no address
     name = name or f"{loaded.study}-{preset or 'base'}-{datetime.now():%Y%m%d-%H%M%S}"
-    local = storage.LOCAL_SWEEPS.resolve() if storage.is_uri(root) else Path(root)
-    job_dir = local / name / "slurm"
+    job_dir = SweepPaths(root, name).slurm_dir
     args = sweep_args(
         str(Path(space).resolve()), name, uri, root, {"preset": preset, **options}, overrides
     )
     text = batch_script(request, name, job_dir, args)
-    path = job_dir / "sweep.sbatch"
+    path = job_dir / SBATCH_FILE
     if dry_run:
         return path, text, None
     job_dir.mkdir(parents=True, exist_ok=True)

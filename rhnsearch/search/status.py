@@ -4,25 +4,27 @@ and in all, the device-hours its trials held beside those its plan expected."""
 from mlflow.tracking import MlflowClient
 
 from ..tracking_store import existing_store
+from .layout import sweep_storage
 from .plan import planned_hours
-from .sweep import HOURS, child_runs, load_state, spent
+from .record import read_record
+from .sweep import HOURS, child_runs, spent
 
 
 def sweep_status(name: str, storage_path: str | None = None) -> dict:
     """{"name", "trials", "statuses": {status: count}, "unit", "cells": [{cell, trials,
     ended, spent, planned}], "spent", "planned"}: hours in the plan's unit (GPU-hours for a
     sweep of GPU trials), planned None where the sweep was run without --plan."""
-    state = load_state(name, storage_path)
-    runs = child_runs(MlflowClient(existing_store(state["tracking_uri"])), state)
+    record = read_record(sweep_storage(storage_path, None), name)
+    runs = child_runs(MlflowClient(existing_store(record.tracking_uri)), record.parent_run)
     statuses = {}
     for run in runs:
         status = run.data.tags.get("status", "running")
         statuses[status] = statuses.get(status, 0) + 1
-    plan = planned_hours(state["plan"]) if state.get("plan") else None
-    gpu = state["space"]["resources"]["gpu"] > 0
+    plan = planned_hours(record.plan) if record.plan else None
+    gpu = record.space["resources"]["gpu"] > 0
     unit = plan["unit"] if plan else HOURS[gpu]
     held = spent(runs)["cells"]
-    per_cell = state["trials"] // len(state["cells"])
+    per_cell = record.trials // len(record.cells)
     cells = [
         {
             "cell": label,
@@ -35,11 +37,11 @@ def sweep_status(name: str, storage_path: str | None = None) -> dict:
             "spent": held.get(label, {}).get(unit, 0.0),
             "planned": plan["cells"][label] if plan else None,
         }
-        for label in state["cells"]
+        for label in record.cells
     ]
     return {
         "name": name,
-        "trials": state["trials"],
+        "trials": record.trials,
         "statuses": statuses,
         "unit": unit,
         "cells": cells,

@@ -31,9 +31,6 @@ from ..errors import first_line
 
 log = logging.getLogger(__name__)
 
-# The storage of a sweep run without --storage-path: under the driver's working directory.
-LOCAL_SWEEPS = Path("results/sweeps")
-
 
 def is_uri(location: str) -> bool:
     return "://" in location

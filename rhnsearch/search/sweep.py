@@ -2,20 +2,18 @@
 space's scheduler, recorded in MLflow; an interrupted sweep resumes by name, a finished one
 is extended by name.
 
-Where a sweep keeps its state: Tune's experiment of each round (its state and every trial's
-checkpoints; a round of `sweep extend` in NAME/extend-N), the sweep's own state file and the
-Optuna studies live in the sweep's *storage*, `STORAGE/NAME`: results/sweeps by default, a
-shared directory or a bucket URI on a cluster. The MLflow records waiting to be sent are
-journaled beside them when the storage is a directory, else in results/sweeps/NAME on the
-driver's machine with a copy in the bucket while they wait (tracking.Journal).
+A sweep is its record (record.SweepRecord), saved in its folder of the storage, `STORAGE/NAME`
+(results/sweeps by default, a shared directory or a bucket URI on a cluster), beside Tune's
+experiment of each round and the searcher's and scheduler's state: layout.py names every file
+and docs/architecture.md draws a sweep's life over them.
 """
 
 import errno
-import json
 import logging
 import os
 import tempfile
 import time
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
@@ -41,7 +39,9 @@ from .checkpoints import (
     saved_trial_ids,
 )
 from .cluster import check_address, check_gpus, start_ray, trial_slots
+from .layout import CHECKPOINT_FILE, LOCAL_SWEEPS, SweepPaths, round_name, sweep_storage
 from .plan import load_plan, planned_hours
+from .record import ParentRun, Round, SweepRecord, read_record, write_record
 from .scheduler import CellASHAScheduler
 from .searchers import METRIC, MODE, build_searcher, round_slots
 from .space import Space, load_space
@@ -50,27 +50,7 @@ from .trainable import run_trial
 from .trial import tune_constants
 
 log = logging.getLogger(__name__)
-STATE_FILE = "rhnsearch_sweep.json"
 HOURS = ("cpu_hours", "gpu_hours")  # device-hours the trials held, from their *_seconds
-STORAGE_ENV = "RHNSEARCH_STORAGE"
-# In a folder: Tune's restore copies the top folder's *.json and *.pkl to its staging dir and
-# uploads them back at each sync, over the scheduler's newer state.
-SCHEDULER_STATE_FILE = "scheduler/state.json"
-
-
-def sweep_storage(location: str | None, address: str | None) -> str:
-    """The storage root: --storage-path, else $RHNSEARCH_STORAGE, else results/sweeps (for a
-    local Ray only: a cluster's nodes do not see the driver's disk)."""
-    location = location or os.environ.get(STORAGE_ENV)
-    if location:
-        return storage.normalize(location)
-    if address:
-        raise UserError(
-            "a sweep on a cluster keeps its state and checkpoints where every "
-            "node can read them: pass --storage-path with a shared directory or "
-            f"a bucket URI (s3://BUCKET/PATH), or set {STORAGE_ENV}"
-        )
-    return str(storage.LOCAL_SWEEPS.resolve())
 
 
 def trainable(space: Space, cells: dict, function=run_trial):
@@ -132,35 +112,43 @@ def check_storage(root: str):
         ) from None
 
 
-def write_state(experiment: str, state: dict):
-    try:
-        storage.write_text(storage.join(experiment, STATE_FILE), json.dumps(state, indent=1))
-    except OSError as exc:
-        raise UserError(
-            f"cannot write the sweep's state to {experiment} "
-            f"({first_line(exc)}): check the storage path and "
-            "its credentials"
-        ) from None
-
-
 def run_sweep(
     space_path,
-    preset=None,
+    *,
+    preset: str | None = None,
     overrides=(),
-    address=None,
-    search=None,
-    scheduler=None,
+    address: str | None = None,
+    search: str | None = None,
+    scheduler: str | None = None,
     data_dir=None,
-    tracking_uri=None,
-    experiment=None,
-    name=None,
-    storage_path=None,
-    resume=False,
+    tracking_uri: str | None = None,
+    experiment: str | None = None,
+    name: str | None = None,
+    storage_path: str | None = None,
+    resume: bool = False,
     plan=None,
 ) -> dict:
-    """Validate, record the sweep's parent run, run the trials; returns the summary. With
-    RESUME, a sweep NAME that exists is resumed instead (`resume_sweep`). PLAN: a plan file of
-    `sweep plan --json`, recorded with the sweep to hold what it spends against."""
+    """Validate, record the sweep's parent run, run the trials; returns the summary (`finish`).
+
+    Args:
+        space_path: The search space's YAML file.
+        preset: A preset of the space (e.g. ``smoke``, ``cpu``, ``paper``); None: its base.
+        overrides: ``KEY=VALUE`` settings over the space, as ``--set`` takes them.
+        address: The Ray cluster's address; None: a local Ray.
+        search: ``random`` or ``optuna``; None: the space's.
+        scheduler: ``cell_asha``, ``asha`` or ``fifo``; None: the space's.
+        data_dir: Where the dataset is (fetched there on first use); None:
+            ``$RHNSEARCH_DATA_DIR``, else the user cache dir.
+        tracking_uri: The MLflow store; None: ``$MLFLOW_TRACKING_URI``, else
+            ``sqlite:///results/mlflow.db``.
+        experiment: The MLflow experiment; None: the space's study.
+        name: The sweep's name; None: ``STUDY-PRESET-TIME``.
+        storage_path: The storage root, a directory or bucket URI every node reads; None:
+            ``$RHNSEARCH_STORAGE``, else results/sweeps (a local Ray only).
+        resume: If a sweep ``name`` exists, resume it instead (`resume_sweep`).
+        plan: A plan file of ``sweep plan --json``, recorded with the sweep to hold what it
+            spends against.
+    """
     if resume and not name:
         raise UserError("--resume resumes the sweep --name: pass --name")
     space = load_space(space_path, preset=preset, overrides=overrides)
@@ -171,7 +159,7 @@ def run_sweep(
     else:
         check_gpus(space.resources.gpu, local=True)
     root = sweep_storage(storage_path, address)
-    check_writable(storage.LOCAL_SWEEPS.resolve() if storage.is_uri(root) else Path(root))
+    check_writable(LOCAL_SWEEPS.resolve() if storage.is_uri(root) else Path(root))
     check_storage(root)
     search = search or space.search
     if search != "random" and space.seeds > 1:
@@ -187,12 +175,12 @@ def run_sweep(
     cells = space.cells_for(data)
     planned = load_plan(plan, cells) if plan else None
     name = name or f"{space.study}-{preset or 'base'}-{datetime.now():%Y%m%d-%H%M%S}"
-    experiment_path = storage.join(root, name)
-    if resume and storage.exists(storage.join(experiment_path, STATE_FILE)):
-        return resume_sweep(name, address, storage_path)
-    if storage.exists(storage.join(experiment_path, STATE_FILE)):
+    paths = SweepPaths(root, name)
+    if resume and storage.exists(paths.state):
+        return resume_sweep(name, address=address, storage_path=storage_path)
+    if storage.exists(paths.state):
         raise UserError(
-            f"sweep {name} already exists in {experiment_path}: resume it with "
+            f"sweep {name} already exists in {paths.sweep}: resume it with "
             f"`rhnsearch sweep resume {name}` or pick another --name"
         )
     start_ray(address, space.cell_modules)  # an unreachable cluster fails here, first
@@ -212,50 +200,51 @@ def run_sweep(
             **provenance_tags(),
         },
     )
-    state = {
-        "name": name,
-        "space_path": str(space_path),
-        "preset": preset,
-        "overrides": list(overrides),
-        "search": search,
-        "scheduler": scheduler,
-        "tracking_uri": uri,
-        "experiment_id": experiment_id,
-        "parent_run_id": parent.info.run_id,
-        "data_dir": str(data_root),
-        "storage": root,
-        "trials": space.num_trials,
-        "cells": cells,
-        "space": space.model_dump(mode="json"),
-        "plan": planned,
-    }
-    write_state(experiment_path, state)
-    log_sweep_params(client, state, space)
-    return finish(build_tuner(space, state, experiment_path), state)
+    record = SweepRecord(
+        name=name,
+        space_path=str(space_path),
+        preset=preset,
+        overrides=tuple(overrides),
+        search=search,
+        scheduler=scheduler,
+        tracking_uri=uri,
+        experiment_id=experiment_id,
+        parent_run_id=parent.info.run_id,
+        data_dir=str(data_root),
+        storage=root,
+        trials=space.num_trials,
+        cells=cells,
+        space=space.model_dump(mode="json"),
+        plan=planned,
+        rounds=(Round(space.samples, space.seeds),),
+    )
+    write_record(record)
+    log_sweep_params(client, record, space)
+    return finish(build_tuner(space, record), record)
 
 
-def log_sweep_params(client: MlflowClient, state: dict, space: Space):
+def log_sweep_params(client: MlflowClient, record: SweepRecord, space: Space):
     """The sweep's settings as params of its parent run, its dataset as the run's input, and
     the whole space as space.json."""
-    run_id = state["parent_run_id"]
+    run_id = record.parent_run_id
     client.log_inputs(run_id, [dataset_input(space.dataset)])
     for key, value in [
-        ("space", Path(state["space_path"]).name),
-        ("preset", state["preset"] or "base"),
-        ("search", state["search"]),
-        *([("sampler", space.sampler)] if state["search"] == "optuna" else []),
-        ("scheduler", state["scheduler"]),
-        ("trials", state["trials"]),
+        ("space", Path(record.space_path).name),
+        ("preset", record.preset or "base"),
+        ("search", record.search),
+        *([("sampler", space.sampler)] if record.search == "optuna" else []),
+        ("scheduler", record.scheduler),
+        ("trials", record.trials),
         ("dataset", space.dataset),
         ("seed", space.seed),
-        ("overrides", " ".join(state["overrides"])),
-        ("storage", state["storage"]),
+        ("overrides", " ".join(record.overrides)),
+        ("storage", record.storage),
     ]:
         client.log_param(run_id, key, value)
-    client.log_dict(run_id, state["space"], "space.json")
-    if state["plan"]:  # planned device-hours beside those the trials will log as spent
-        client.log_dict(run_id, state["plan"], "plan.json")
-        hours, now = planned_hours(state["plan"]), int(time.time() * 1000)
+    client.log_dict(run_id, record.space, "space.json")
+    if record.plan:  # planned device-hours beside those the trials will log as spent
+        client.log_dict(run_id, record.plan, "plan.json")
+        hours, now = planned_hours(record.plan), int(time.time() * 1000)
         client.log_batch(
             run_id,
             metrics=[
@@ -268,46 +257,18 @@ def log_sweep_params(client: MlflowClient, state: dict, space: Space):
         )
 
 
-def rounds(state: dict) -> list[dict]:
-    """The sweep's rounds of trials: its first, then one per `sweep extend`, each bringing it
-    to `samples` settings a cell run with `seeds` seeds each, where `done` (settings, seeds)
-    had run before."""
-    space = state["space"]
-    return state.get("rounds") or [
-        {"samples": space["samples"], "seeds": space["seeds"], "done": [0, 0]}
-    ]
-
-
-def round_name(state: dict, index: int) -> str:
-    """The Tune experiment of round INDEX: the sweep's own, then NAME/extend-INDEX inside it."""
-    return state["name"] if index == 0 else f"{state['name']}/extend-{index}"
-
-
-def round_paths(root: str, state: dict) -> list[str]:
-    return [storage.join(root, round_name(state, i)) for i in range(len(rounds(state)))]
-
-
-def build_tuner(space: Space, state: dict, sweep_path: str, function=run_trial) -> tune.Tuner:
+def build_tuner(space: Space, record: SweepRecord, function=run_trial) -> tune.Tuner:
     """The Tuner of the sweep's last round: its searcher, scheduler, MLflow callback and
     storage; its trials run FUNCTION (`run_trial`; benchmarks/driver_load.py gives one that
     only reports)."""
-    name, cells = state["name"], state["cells"]
-    constants = tune_constants(space, state["data_dir"], state["preset"])
-    last = rounds(state)[-1]
-    slots = round_slots(last["samples"], last["seeds"], tuple(last["done"]))
-    searcher = build_searcher(space, cells, constants, slots, state["search"], sweep_path, name)
-    tracker = MLflowTracker(
-        state["tracking_uri"],
-        state["experiment_id"],
-        state["parent_run_id"],
-        name,
-        sweep_path,
-        cells,
-    )
-    scheduler = build_scheduler(
-        space, state["scheduler"], storage.join(sweep_path, SCHEDULER_STATE_FILE)
-    )
-    filesystem, path = storage.split(state["storage"])
+    name, cells, paths = record.name, record.cells, record.paths
+    constants = tune_constants(space, record.data_dir, record.preset)
+    last = record.rounds[-1]
+    slots = round_slots(last.samples, last.seeds, last.done)
+    searcher = build_searcher(space, cells, constants, slots, record.search, paths.sweep, name)
+    tracker = MLflowTracker(record.parent_run, cells)
+    scheduler = build_scheduler(space, record.scheduler, paths.scheduler_state)
+    filesystem, path = storage.split(record.storage)
     return tune.Tuner(
         trainable(space, cells, function),
         tune_config=tune.TuneConfig(
@@ -323,7 +284,7 @@ def build_tuner(space: Space, state: dict, sweep_path: str, function=run_trial) 
             reuse_actors=True,
         ),
         run_config=tune.RunConfig(
-            name=round_name(state, len(rounds(state)) - 1),
+            name=round_name(name, len(record.rounds) - 1),
             storage_path=path,
             storage_filesystem=filesystem,
             callbacks=[tracker, KeepNewestCheckpoint()],
@@ -333,66 +294,74 @@ def build_tuner(space: Space, state: dict, sweep_path: str, function=run_trial) 
     )
 
 
-def load_state(name: str, storage_path: str | None = None, address: str | None = None) -> dict:
-    """The state of the sweep NAME in its storage (`sweep_storage`), or a one-line error
-    naming the sweeps that are there."""
+def load_record(name: str, storage_path: str | None, address: str | None) -> SweepRecord:
+    """The record of the sweep NAME in the storage root (`sweep_storage`), its storage that
+    root: where the sweep was found (the root it ran in, unless its storage moved)."""
     root = sweep_storage(storage_path, address)
-    text = storage.read_text(storage.join(root, name, STATE_FILE))
-    if text is None:
-        known = [
-            n for n in storage.listdir(root) if storage.exists(storage.join(root, n, STATE_FILE))
-        ]
-        raise UserError(
-            f"no sweep named {name!r} in {root}: known sweeps are "
-            f"{', '.join(known) or 'none'} (pass --storage-path where it ran)"
-        )
-    return {"plan": None, **json.loads(text)}
+    return replace(read_record(root, name), storage=root)
 
 
-def resume_sweep(name: str, address: str | None = None, storage_path: str | None = None) -> dict:
+def resume_sweep(name: str, *, address: str | None = None, storage_path: str | None = None) -> dict:
     """Continue an interrupted sweep: finished trials are kept, unfinished ones resume from
     their last checkpoint, the same MLflow parent run is reused. A sweep stopped before Tune
-    saved its state starts its trials again, under the same parent run."""
-    state = load_state(name, storage_path, address)
-    root = sweep_storage(storage_path, address)
-    sweep_path, experiment_path = storage.join(root, name), round_paths(root, state)[-1]
-    check_store(state["tracking_uri"])
+    saved its state starts its trials again, under the same parent run. Returns the summary
+    (`finish`).
+
+    Args:
+        name: The sweep's name.
+        address: The Ray cluster's address; None: a local Ray.
+        storage_path: The storage root the sweep ran in; None: ``$RHNSEARCH_STORAGE``, else
+            results/sweeps.
+    """
+    record = load_record(name, storage_path, address)
+    experiment_path = record.paths.round_dirs[-1]
+    check_store(record.tracking_uri)
     filesystem, path = storage.split(experiment_path)
-    space = Space.model_validate(state["space"])
+    space = Space.model_validate(record.space)
     if not tune.Tuner.can_restore(path, storage_filesystem=filesystem):
         start_ray(address, space.cell_modules)
-        return finish(build_tuner(space, state, sweep_path), state)
+        return finish(build_tuner(space, record), record)
     check_saved_state(experiment_path)
     storage.remove_leftovers(experiment_path)
     start_ray(address, space.cell_modules)
     repair_checkpoint_names(experiment_path)
     tuner = tune.Tuner.restore(
         path,
-        trainable(space, state["cells"]),
+        trainable(space, record.cells),
         resume_unfinished=True,
         resume_errored=True,
         storage_filesystem=filesystem,
     )
-    MlflowClient(state["tracking_uri"]).set_tag(
-        state["parent_run_id"], "resumed", datetime.now().isoformat(timespec="seconds")
+    MlflowClient(record.tracking_uri).set_tag(
+        record.parent_run_id, "resumed", datetime.now().isoformat(timespec="seconds")
     )
-    return finish(tuner, state)
+    return finish(tuner, record)
 
 
 def extend_sweep(
     name: str,
+    *,
     samples: int | None = None,
     seeds: int | None = None,
     address: str | None = None,
     storage_path: str | None = None,
 ) -> dict:
-    """Add settings (SAMPLES a cell in all) or seeds (SEEDS a setting in all) to every cell of
-    a finished sweep, as a new round under the same parent run: the random stream or the
-    cells' Optuna studies go on where they stopped, the scheduler's rungs are kept, the old
-    runs are untouched, and the summary, plots and report cover every trial."""
-    state = load_state(name, storage_path, address)
-    sweep_path = storage.join(sweep_storage(storage_path, address), name)
-    space = Space.model_validate(state["space"])
+    """Add settings or seeds to every cell of a finished sweep, as a new round under the same
+    parent run: the random stream or the cells' Optuna studies go on where they stopped, the
+    scheduler's rungs are kept, the old runs are untouched, and the summary, plots and report
+    cover every trial. Returns the summary (`finish`).
+
+    Args:
+        name: The sweep's name.
+        samples: Settings a cell in all, more than the sweep has; None: as many as it has.
+        seeds: Seeds a setting in all (a random search whose seed is not sampled), more than
+            the sweep has; None: as many as it has.
+        address: The Ray cluster's address; None: a local Ray.
+        storage_path: The storage root the sweep ran in; None: ``$RHNSEARCH_STORAGE``, else
+            results/sweeps.
+    """
+    record = load_record(name, storage_path, address)
+    space = Space.model_validate(record.space)
     samples, seeds = samples or space.samples, seeds or space.seeds
     grows = samples > space.samples or seeds > space.seeds
     if samples < space.samples or seeds < space.seeds or not grows:
@@ -400,44 +369,40 @@ def extend_sweep(
             f"sweep {name} has {space.samples} setting(s) a cell, each run with "
             f"{space.seeds} seed(s): extend it to more, e.g. --samples {2 * space.samples}"
         )
-    if seeds > space.seeds and (state["search"] != "random" or "seed" in space.params):
+    if seeds > space.seeds and (record.search != "random" or "seed" in space.params):
         raise UserError(
             f"sweep {name} cannot run its settings with more seeds: "
             + (
                 "an Optuna search runs each setting once"
-                if state["search"] != "random"
+                if record.search != "random"
                 else "it samples each setting's seed (params.seed)"
             )
             + "; extend it with --samples instead"
         )
-    check_store(state["tracking_uri"])
-    client = MlflowClient(state["tracking_uri"])
-    parent = state["parent_run_id"]
+    check_store(record.tracking_uri)
+    client = MlflowClient(record.tracking_uri)
+    parent = record.parent_run_id
     if client.get_run(parent).info.status != "FINISHED":
         raise UserError(
             f"sweep {name} has not finished: `rhnsearch sweep resume {name}` finishes it, "
             "then extend it"
         )
-    extended = Space.model_validate({**state["space"], "samples": samples, "seeds": seeds})
+    extended = Space.model_validate({**record.space, "samples": samples, "seeds": seeds})
     start_ray(address, extended.cell_modules)
-    state["rounds"] = [
-        *rounds(state),
-        {"samples": samples, "seeds": seeds, "done": [space.samples, space.seeds]},
-    ]
-    state["space"], state["trials"] = extended.model_dump(mode="json"), extended.num_trials
-    write_state(sweep_path, state)
+    record = record.extended(extended.model_dump(mode="json"), extended.num_trials)
+    write_record(record)
     client.update_run(parent, status="RUNNING")
     client.set_tag(
         parent,
-        f"extended_{len(state['rounds']) - 1}",
+        f"extended_{len(record.rounds) - 1}",
         f"{space.samples} -> {samples} settings a cell, {space.seeds} -> {seeds} seeds a "
         f"setting ({datetime.now().isoformat(timespec='seconds')})",
     )
-    client.log_dict(parent, state["space"], "space.json")
-    return finish(build_tuner(extended, state, sweep_path), state)
+    client.log_dict(parent, record.space, "space.json")
+    return finish(build_tuner(extended, record), record)
 
 
-def finish(tuner, state: dict) -> dict:
+def finish(tuner, record: SweepRecord) -> dict:
     """Run the Tuner; then wait for the MLflow records and, when every trial has ended, keep
     the best model and close the parent run. The summary is read back from MLflow."""
     start = time.monotonic()
@@ -445,48 +410,41 @@ def finish(tuner, state: dict) -> dict:
     results = tuner.fit()
     storage.LATER.wait()  # the scheduler's state and the checkpoints' pruning
     trials_seconds = time.monotonic() - start
-    experiment_path = storage.join(state["storage"], state["name"])
-    sender = sender_for(
-        experiment_path,
-        state["tracking_uri"],
-        state["experiment_id"],
-        state["parent_run_id"],
-        state["name"],
-    )
+    sender = sender_for(record.parent_run)
     if not sender.drain():
         kept = sender.journal.mirror or sender.journal.path
         raise UserError(
-            f"sweep {state['name']}: every trial ended but MLflow at "
-            f"{state['tracking_uri']} is not answering: its records are saved in "
-            f"{kept}; when it is back, `rhnsearch sweep resume {state['name']}` "
+            f"sweep {record.name}: every trial ended but MLflow at "
+            f"{record.tracking_uri} is not answering: its records are saved in "
+            f"{kept}; when it is back, `rhnsearch sweep resume {record.name}` "
             "sends them and closes the sweep"
         )
-    client = MlflowClient(state["tracking_uri"])
+    client = MlflowClient(record.tracking_uri)
     try:
-        drop_lost_runs(client, state)
-        runs = child_runs(client, state)
+        drop_lost_runs(client, record.parent_run)
+        runs = child_runs(client, record.parent_run)
         long = histories.read(
-            state["tracking_uri"],
+            record.tracking_uri,
             client,
             [r.info.run_id for r in runs],
             sorted({k for r in runs for k in r.data.metrics} - {"epoch"}),
         )
-        summary = summarize(runs, long, state)
+        summary = summarize(runs, long, record.name)
     except MlflowException as exc:
         raise UserError(
-            f"sweep {state['name']}: every trial ended but MLflow at "
-            f"{state['tracking_uri']} is not answering "
+            f"sweep {record.name}: every trial ended but MLflow at "
+            f"{record.tracking_uri} is not answering "
             f"({first_line(exc, 160)}): when it is back, `rhnsearch "
-            f"sweep resume {state['name']}` closes the sweep"
+            f"sweep resume {record.name}` closes the sweep"
         ) from None
     summary["trials_seconds"] = round(trials_seconds, 1)
     summary["wall_seconds"] = round(time.monotonic() - start, 1)
-    summary["complete"] = summary["running"] == 0 and summary["trials"] == state["trials"]
+    summary["complete"] = summary["running"] == 0 and summary["trials"] == record.trials
     if summary["complete"]:
-        parent = state["parent_run_id"]
+        parent = record.parent_run_id
         if summary["best"]:
-            if state["space"].get("keep_model") == "best":
-                keep_best_model(client, results, summary["best"], state)
+            if record.space.get("keep_model") == "best":
+                keep_best_model(client, results, summary["best"], record)
             client.set_tag(parent, "best_run_id", summary["best"]["run_id"])
         now = int(time.time() * 1000)
         per_cell = [
@@ -507,18 +465,18 @@ def finish(tuner, state: dict) -> dict:
         from ..results.report import log_sweep_report
 
         snapshot.log_histories(client, parent, long)
-        log_sweep_plots(client, state["experiment_id"], parent)
-        log_sweep_report(client, state["experiment_id"], parent)
+        log_sweep_plots(client, record.experiment_id, parent)
+        log_sweep_report(client, record.experiment_id, parent)
         client.set_terminated(parent, "FINISHED")
     return summary
 
 
-def drop_lost_runs(client: MlflowClient, state: dict):
+def drop_lost_runs(client: MlflowClient, parent: ParentRun):
     """Delete the runs of trials that a killed driver had started but Tune had not saved yet:
     the resumed sweep does not know them, and runs their settings again as new trials. Only
     on the strength of Tune's saved state of every round, read: where one is missing or
     unreadable, every run is kept, and a warning says so."""
-    paths = round_paths(state["storage"], state)
+    paths = parent.paths.round_dirs
     saved = [saved_trial_ids(path) for path in paths]
     if None in saved:
         log.warning(
@@ -529,7 +487,9 @@ def drop_lost_runs(client: MlflowClient, state: dict):
         )
         return
     trials = set().union(*saved)
-    lost = [run for run in child_runs(client, state) if run.data.tags.get("trial_id") not in trials]
+    lost = [
+        run for run in child_runs(client, parent) if run.data.tags.get("trial_id") not in trials
+    ]
     for run in lost:
         client.delete_run(run.info.run_id)
     if lost:
@@ -540,10 +500,10 @@ def drop_lost_runs(client: MlflowClient, state: dict):
         )
 
 
-def child_runs(client: MlflowClient, state: dict) -> list:
+def child_runs(client: MlflowClient, parent: ParentRun) -> list:
     return client.search_runs(
-        [state["experiment_id"]],
-        f"tags.mlflow.parentRunId = '{state['parent_run_id']}'",
+        [parent.experiment_id],
+        f"tags.mlflow.parentRunId = '{parent.run_id}'",
         max_results=50000,
     )
 
@@ -559,7 +519,7 @@ def spent(runs: list) -> dict:
     return {**{unit: sum(c[unit] for c in cells.values()) for unit in HOURS}, "cells": cells}
 
 
-def summarize(runs: list, long, state: dict) -> dict:
+def summarize(runs: list, long, name: str) -> dict:
     """Counts by status and the best trial of the sweep's MLflow RUNS, the training time in
     their histories LONG (histories.read's rows) and the device-hours they held."""
     counts = {s: 0 for s in ("completed", "stopped", "diverged", "failed", "running")}
@@ -583,7 +543,7 @@ def summarize(runs: list, long, state: dict) -> dict:
                 "params": run.data.params,
             }
     return {
-        "name": state["name"],
+        "name": name,
         "trials": len(runs),
         **counts,
         "train_seconds": round(train_seconds, 1),
@@ -594,13 +554,12 @@ def summarize(runs: list, long, state: dict) -> dict:
     }
 
 
-def keep_best_model(client: MlflowClient, results, best: dict, state: dict):
+def keep_best_model(client: MlflowClient, results, best: dict, record: SweepRecord):
     """Log the best trial's config and best-valid weights as the MLflow model of its run, and
     register it as a new version of the space's register_model, if it names one."""
     import torch
 
     from ..analysis.mlflow_model import keep_model
-    from ..train import CHECKPOINT_FILE
 
     for result in results:
         if result.metrics.get("trial_id") != best["trial_id"] or result.checkpoint is None:
@@ -612,8 +571,8 @@ def keep_best_model(client: MlflowClient, results, best: dict, state: dict):
             best["run_id"],
             saved["config"],
             saved["best_state"] or saved["model"],
-            state["data_dir"],
-            state["space"].get("register_model"),
-            {"study": state["space"]["study"], "sweep": state["name"]},
+            record.data_dir,
+            record.space.get("register_model"),
+            {"study": record.space["study"], "sweep": record.name},
         )
         return

@@ -30,6 +30,8 @@ from ..errors import first_line
 from ..provenance import provenance_tags
 from ..tracking_store import artifact_root
 from . import storage
+from .layout import PENDING_FILE, SENT_FILE, SweepPaths
+from .record import ParentRun
 from .trial import TrialSpec
 
 log = logging.getLogger(__name__)
@@ -38,7 +40,6 @@ BATCH = 500  # records sent at once at most: one request per trial among them
 BACKOFF_SECONDS = (1, 2, 5, 10, 30)  # between attempts while the store does not answer
 DRAIN_SECONDS = 30  # after the trials: how long an unreachable store is waited for
 MIRROR_SECONDS = 10  # while the store does not answer: how often waiting records are copied
-PENDING_FILE = "mlflow_pending.jsonl"
 SKIP_RESULT_KEYS = {
     "status",
     "epoch",
@@ -74,15 +75,6 @@ def get_experiment(client: MlflowClient, uri: str, name: str) -> str:
     return client.create_experiment(name, artifact_location=artifact_root(uri, name))
 
 
-def journal_location(experiment: str, sweep: str) -> tuple[str, str | None]:
-    """(the journal's directory, its copy in a bucket or None): beside Tune's state if the
-    storage is a directory, else in results/sweeps/NAME of the driver's working dir (relative:
-    a resumed driver's own) with a copy in the bucket."""
-    if not storage.is_uri(experiment):
-        return experiment, None
-    return str(storage.LOCAL_SWEEPS / sweep), storage.join(experiment, PENDING_FILE)
-
-
 def parse(text: str) -> list[dict]:
     """A journal's records; a line cut short by a dying driver ends the list."""
     found = []
@@ -102,7 +94,7 @@ class Journal:
 
     def __init__(self, directory, mirror: str | None = None):
         self.path = Path(directory) / PENDING_FILE
-        self.sent_path = Path(directory) / "mlflow_sent"
+        self.sent_path = Path(directory) / SENT_FILE
         self.mirror = mirror
         self.lock = threading.Lock()
         self.last = max([self.sent(), *(r["seq"] for r in self.records())])
@@ -158,11 +150,9 @@ class Sender:
     larger requests. Records come through a bounded queue; those that did not fit (or that an
     earlier driver left) are read back from the journal."""
 
-    def __init__(
-        self, uri: str, experiment_id: str, parent_run_id: str, sweep: str, journal: Journal
-    ):
-        self.uri, self.experiment_id, self.parent = uri, experiment_id, parent_run_id
-        self.sweep = sweep
+    def __init__(self, run: ParentRun, journal: Journal):
+        self.uri, self.experiment_id, self.parent = run.tracking_uri, run.experiment_id, run.run_id
+        self.sweep = run.sweep
         self.journal, self.queue = journal, queue.Queue(QUEUE_SIZE)
         self.delivered = journal.sent()
         self.done = threading.Condition()
@@ -367,15 +357,15 @@ _SENDERS: dict[Path, Sender] = {}  # one sender per journal in this process
 _SENDERS_LOCK = threading.Lock()
 
 
-def sender_for(
-    experiment: str, uri: str, experiment_id: str, parent_run_id: str, sweep: str
-) -> Sender:
-    """The sender of the sweep whose storage is `experiment` (started on first use)."""
-    directory, mirror = journal_location(experiment, sweep)
-    key = Path(directory).resolve()
+def sender_for(run: ParentRun) -> Sender:
+    """The sender of the sweep of RUN (started on first use). Its journal is in the sweep's
+    local folder (`SweepPaths.local`): beside Tune's state if the storage is a directory, else
+    in results/sweeps/NAME of the driver's working dir (a resumed driver's own) with a copy in
+    the bucket."""
+    key = run.paths.local.resolve()
     with _SENDERS_LOCK:
         if key not in _SENDERS:
-            _SENDERS[key] = Sender(uri, experiment_id, parent_run_id, sweep, Journal(key, mirror))
+            _SENDERS[key] = Sender(run, Journal(key, run.paths.journal_mirror))
         return _SENDERS[key]
 
 
@@ -383,18 +373,8 @@ class MLflowTracker(Callback):
     """Ray Tune callback: the sweep's trial events as records for its sender (picklable: the
     sender is found again, or started, by `setup`)."""
 
-    def __init__(
-        self,
-        tracking_uri: str,
-        experiment_id: str,
-        parent_run_id: str,
-        sweep: str,
-        experiment: str,
-        cells: dict,
-    ):
-        self.tracking_uri, self.experiment_id = tracking_uri, experiment_id
-        self.parent_run_id, self.sweep, self.experiment = parent_run_id, sweep, experiment
-        self.cells = cells
+    def __init__(self, run: ParentRun, cells: dict):
+        self.run, self.cells = run, cells
         self._reset()
 
     def _reset(self):
@@ -406,11 +386,20 @@ class MLflowTracker(Callback):
     def __getstate__(self):
         return {**self.__dict__, "sender": None}
 
+    def __setstate__(self, state: dict):
+        if "run" not in state:  # pickled (tuner.pkl) by a version before the sweep's record
+            paths = SweepPaths.of_folder(state.pop("experiment"), state.pop("sweep"))
+            state["run"] = ParentRun(
+                state.pop("tracking_uri"),
+                state.pop("experiment_id"),
+                state.pop("parent_run_id"),
+                paths,
+            )
+        self.__dict__.update(state)
+
     def setup(self, **info):
         self._reset()
-        self.sender = sender_for(
-            self.experiment, self.tracking_uri, self.experiment_id, self.parent_run_id, self.sweep
-        )
+        self.sender = sender_for(self.run)
 
     def _record(
         self, trial_id: str, metrics=(), params=(), tags=(), end=None, name=None, dataset=None

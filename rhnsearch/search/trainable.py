@@ -14,11 +14,11 @@ from ray import tune
 
 from ..data import load_dataset
 from ..train import Trainer
+from .layout import HELD_FILE
 from .trial import TrialSpec
 
 ALLOW_CPU_FALLBACK = "RHNSEARCH_ALLOW_CPU_FALLBACK"  # =1: a GPU trial may train on the CPU
 _DATA = {}  # dataset cache per worker process: (name, data dir) -> data
-HELD_FILE = "held.json"  # in a trial's checkpoint: the wall seconds it has held resources
 
 
 def assigned_gpus() -> list:

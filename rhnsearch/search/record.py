@@ -1,0 +1,127 @@
+"""A sweep's record: what `sweep run` settled (the space, search, scheduler, cells and plan),
+where the sweep is recorded (its MLflow parent run) and stored, and its rounds of trials. One
+frozen value; a change (`sweep extend`) makes a new one. Saved as the sweep's state file
+(layout.STATE_FILE), which resume, extend and status read back.
+"""
+
+import json
+from dataclasses import asdict, dataclass, fields, replace
+
+from ..errors import UserError, first_line
+from . import storage
+from .layout import SweepPaths
+
+
+@dataclass(frozen=True)
+class Round:
+    """A round of a sweep's trials (its first, then one per `sweep extend`): it brings the sweep
+    to SAMPLES settings a cell, each run with SEEDS seeds, where DONE (settings, seeds) had run
+    in the rounds before."""
+
+    samples: int
+    seeds: int
+    done: tuple[int, int] = (0, 0)
+
+
+@dataclass(frozen=True)
+class ParentRun:
+    """Where a sweep's trials are recorded: the MLflow store at TRACKING_URI, its experiment and
+    the sweep's parent run (RUN_ID), under which each trial is a child run; PATHS: the sweep's
+    (its name tags the trials' runs; its local folder holds the records on their way)."""
+
+    tracking_uri: str
+    experiment_id: str
+    run_id: str
+    paths: SweepPaths
+
+    @property
+    def sweep(self) -> str:
+        return self.paths.name
+
+
+@dataclass(frozen=True)
+class SweepRecord:
+    """A sweep, as its state file holds it (the same keys, in order: a file written by an
+    earlier version reads, and the file of a sweep never extended has no `rounds`)."""
+
+    name: str
+    space_path: str  # the space file, absolute
+    preset: str | None
+    overrides: tuple[str, ...]  # --set KEY=VALUE, as given
+    search: str  # random | optuna
+    scheduler: str  # fifo | asha | cell_asha
+    tracking_uri: str
+    experiment_id: str  # the MLflow experiment of the parent run
+    parent_run_id: str
+    data_dir: str  # absolute: the trials read their dataset there
+    storage: str  # the storage root; the sweep's folder is STORAGE/NAME
+    trials: int  # in all rounds
+    cells: dict[str, dict]  # label ('rhn d4 w96') -> arch, depth, tied, width, params
+    space: dict  # Space.model_dump(mode="json") of the last round (validated when run)
+    plan: dict | None  # the plan of `sweep plan --json` given with --plan
+    rounds: tuple[Round, ...]  # the first, then one per extend
+
+    @classmethod
+    def from_json(cls, data: dict) -> "SweepRecord":
+        """The record of a state file's JSON; where it has no `plan` (before --plan) or no
+        `rounds` (a sweep never extended), none and one round of its space."""
+        space = data["space"]
+        rounds = data.get("rounds") or [{"samples": space["samples"], "seeds": space["seeds"]}]
+        return cls(
+            **{
+                **data,
+                "plan": data.get("plan"),
+                "overrides": tuple(data["overrides"]),
+                "rounds": tuple(
+                    Round(r["samples"], r["seeds"], tuple(r.get("done", (0, 0)))) for r in rounds
+                ),
+            }
+        )
+
+    def to_json(self) -> dict:
+        """The state file's JSON (`rounds` only once the sweep has been extended)."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["overrides"] = list(self.overrides)
+        data["rounds"] = [{**asdict(r), "done": list(r.done)} for r in self.rounds]
+        if len(self.rounds) == 1:
+            del data["rounds"]
+        return data
+
+    @property
+    def paths(self) -> SweepPaths:
+        return SweepPaths(self.storage, self.name, len(self.rounds))
+
+    @property
+    def parent_run(self) -> ParentRun:
+        return ParentRun(self.tracking_uri, self.experiment_id, self.parent_run_id, self.paths)
+
+    def extended(self, space: dict, trials: int) -> "SweepRecord":
+        """The record with a new round: SPACE (its samples and seeds raised) and TRIALS in
+        all, the earlier rounds' settings and seeds done."""
+        last = Round(space["samples"], space["seeds"], (self.space["samples"], self.space["seeds"]))
+        return replace(self, space=space, trials=trials, rounds=(*self.rounds, last))
+
+
+def read_record(root: str, name: str) -> SweepRecord:
+    """The record of the sweep NAME in the storage ROOT, or a one-line error naming the sweeps
+    that are there."""
+    text = storage.read_text(SweepPaths(root, name).state)
+    if text is None:
+        known = [n for n in storage.listdir(root) if storage.exists(SweepPaths(root, n).state)]
+        raise UserError(
+            f"no sweep named {name!r} in {root}: known sweeps are "
+            f"{', '.join(known) or 'none'} (pass --storage-path where it ran)"
+        )
+    return SweepRecord.from_json(json.loads(text))
+
+
+def write_record(record: SweepRecord):
+    """Save the record as the sweep's state file, whole."""
+    try:
+        storage.write_text(record.paths.state, json.dumps(record.to_json(), indent=1))
+    except OSError as exc:
+        raise UserError(
+            f"cannot write the sweep's state to {record.paths.sweep} "
+            f"({first_line(exc)}): check the storage path and "
+            "its credentials"
+        ) from None

@@ -1,0 +1,108 @@
+"""Sweeps written by an earlier rhnsearch (commit dd9c428, before issue 33's redesign of the
+storage layout) still resume and extend: tests/data/old_layout.tar.gz holds a sweep whose
+driver was SIGKILLed midway (`old-killed`) and a finished one (`old-finished`), their storage
+and their MLflow store (tests/data/make_old_layout.py says how they were made)."""
+
+import fcntl
+import math
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+from test_sweep import check_child_runs, run_fields
+
+from conftest import json_summary, rhnsearch_cli
+
+HERE = Path(__file__).resolve().parent
+TARBALL = HERE / "data" / "old_layout.tar.gz"
+# The absolute path the sweeps were made at: their state files (storage, tracking_uri,
+# data_dir), Tune's pickled trial configs (data_dir) and MLflow's artifact locations record
+# it, so the test unpacks them there again (rewriting nothing) and links its data in.
+ROOT = Path("/tmp/rhnsearch-old-layout-dd9c428")
+CELLS = 2  # rhn and dtrnn at depth 1
+
+
+@pytest.fixture
+def old_layout(data_dir, tmp_path):
+    """The tarball unpacked at ROOT, with ROOT/data the session's data (one test at a time
+    holds ROOT: a lock file beside it); removed afterwards."""
+    with open(f"{ROOT}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        shutil.rmtree(ROOT, ignore_errors=True)
+        ROOT.mkdir()
+        try:
+            with tarfile.open(TARBALL) as tar:
+                tar.extractall(ROOT, filter="data")
+            (ROOT / "data").symlink_to(data_dir)
+            yield ROOT
+        finally:
+            shutil.rmtree(ROOT, ignore_errors=True)
+
+
+def runs_of(client: MlflowClient, sweep: str, kind: str = "trial") -> list:
+    experiment = client.get_experiment_by_name("jsb_optimization").experiment_id
+    return client.search_runs(
+        [experiment], f"tags.kind = '{kind}' and tags.sweep = '{sweep}'", max_results=1000
+    )
+
+
+def recorded(client: MlflowClient, runs) -> dict:
+    """A run's id -> what it recorded (run_fields), with its end time and final loss."""
+    return {
+        r.info.run_id: (*run_fields(client, r), r.info.end_time, r.data.metrics.get("test_loss"))
+        for r in runs
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+def test_a_sweep_of_the_old_layout_resumes_and_extends(old_layout, tmp_path):
+    """`sweep resume` of the killed sweep: each of its 4 trials once, those that had finished
+    as they were, the others completed on their own runs, the parent run FINISHED. `sweep
+    extend --samples 3` of the finished one: 2 new trials, the 4 old runs as they were."""
+    storage, uri = old_layout / "sweeps", f"sqlite:///{old_layout / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    killed = runs_of(client, "old-killed")
+    finished_before = recorded(client, [r for r in killed if r.info.status == "FINISHED"])
+    assert len(finished_before) == 2 and len(killed) >= 3  # as the kill left it
+    (parent,) = runs_of(client, "old-killed", "sweep")
+    assert parent.info.status == "RUNNING"
+
+    proc = rhnsearch_cli(
+        "sweep", "resume", "old-killed", "--storage-path", storage, "--json", cwd=tmp_path
+    )
+    summary = json_summary(proc)
+    assert summary["complete"] and summary["trials"] == summary["completed"] == 4, summary
+    runs = runs_of(client, "old-killed")
+    check_child_runs(client, runs, 4)  # every trial once
+    assert all(r.data.tags["status"] == "completed" for r in runs)
+    assert all(math.isfinite(r.data.metrics["best_valid_loss"]) for r in runs)
+    assert {r.info.run_id for r in killed} <= {r.info.run_id for r in runs}  # the same runs
+    now = recorded(client, runs)
+    assert {k: now[k] for k in finished_before} == finished_before
+    (after,) = runs_of(client, "old-killed", "sweep")
+    assert after.info.run_id == parent.info.run_id and after.info.status == "FINISHED"
+
+    old = recorded(client, runs_of(client, "old-finished"))
+    assert len(old) == 2 * CELLS
+    proc = rhnsearch_cli(
+        "sweep",
+        "extend",
+        "old-finished",
+        "--samples",
+        "3",
+        "--storage-path",
+        storage,
+        "--json",
+        cwd=tmp_path,
+    )
+    summary = json_summary(proc)
+    assert summary["complete"] and summary["trials"] == 3 * CELLS, summary
+    runs = runs_of(client, "old-finished")
+    check_child_runs(client, runs, 3 * CELLS)
+    now = recorded(client, runs)
+    assert {k: now[k] for k in old} == old
+    (parent,) = runs_of(client, "old-finished", "sweep")
+    assert parent.info.status == "FINISHED"
