@@ -19,6 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 from mlflow.tracking import MlflowClient
+from test_report import Page
 from test_sweep import check_child_runs
 
 from conftest import (
@@ -543,6 +544,30 @@ def test_nodes_sharing_no_disk_keep_the_sweep_in_a_bucket(
         [parent.info.experiment_id], filter_string=f"source_run_id = '{best}'"
     )
     assert model.name == "model"
+    assert_device_hours_add_up(client, parent.info.run_id, runs, tmp_path / "report")
+
+
+def assert_device_hours_add_up(client: MlflowClient, parent_id: str, runs, where: Path):
+    """Device-hours across a stopped worker and a resumed driver: each trial held at least
+    the seconds of its epochs, the parent run's totals (and per cell) are the sums over its
+    trials, and its report's row says the same."""
+    parent = client.get_run(parent_id)
+    for run in runs:
+        m = run.data.metrics
+        epochs = client.get_metric_history(run.info.run_id, "epoch_seconds")
+        assert epochs and m["held_seconds"] >= sum(h.value for h in epochs), run.info.run_id
+        assert m["cpu_seconds"] == m["held_seconds"] and m.get("gpu_seconds", 0) == 0
+    for unit in ("cpu", "gpu"):
+        total = sum(r.data.metrics.get(f"{unit}_seconds", 0) for r in runs) / 3600
+        assert parent.data.metrics[f"{unit}_hours"] == pytest.approx(total, rel=1e-12), unit
+    for cell in {r.data.params["cell"] for r in runs}:
+        spent = [r.data.metrics["cpu_seconds"] for r in runs if r.data.params["cell"] == cell]
+        assert parent.data.metrics[f"cpu_hours/{cell}"] == pytest.approx(sum(spent) / 3600)
+    page = Page(
+        Path(client.download_artifacts(parent_id, "report/report.html", str(where))).read_text()
+    )
+    facts = {r["field"]: r["value"] for r in page.table_rows("header-facts")}
+    assert facts["CPU-hours spent"].split()[0] == f"{parent.data.metrics['cpu_hours']:.3f}"
 
 
 # -- the MLflow server down ----------------------------------------------------------------
@@ -1095,3 +1120,4 @@ def test_resumed_driver_leaves_finished_runs_as_they_were(tmp_path):
     assert after["done"].data.tags["status"] == "completed"
     assert after["retried"].info.status == "FINISHED"
     assert after["retried"].info.end_time > runs["retried"].info.end_time
+
