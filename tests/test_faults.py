@@ -386,7 +386,15 @@ def test_a_saved_state_cut_short_is_refused_in_one_line(jsb_smoke, tmp_path):
     state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])
     before = {p: p.read_bytes() for p in storage.rglob("*") if p.is_file()}
     proc = rhnsearch_main(
-        "sweep", "resume", jsb_smoke.name, "--storage-path", storage, cwd=tmp_path, check=False
+        "sweep",
+        "resume",
+        jsb_smoke.name,
+        "--storage-path",
+        storage,
+        "--address",
+        "127.0.0.1:1",  # unreachable: a regression cannot start the sweep again
+        cwd=tmp_path,
+        check=False,
     )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert f"saved state {state.name}" in proc.stderr and "cannot be resumed" in proc.stderr
