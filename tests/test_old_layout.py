@@ -7,6 +7,7 @@ import fcntl
 import math
 import shutil
 import tarfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -24,8 +25,8 @@ ROOT = Path("/tmp/rhnsearch-old-layout-dd9c428")
 CELLS = 2  # rhn and dtrnn at depth 1
 
 
-@pytest.fixture
-def old_layout(data_dir, tmp_path):
+@contextmanager
+def unpacked(data_dir: Path):
     """The tarball unpacked at ROOT, with ROOT/data the session's data (one test at a time
     holds ROOT: a lock file beside it); removed afterwards."""
     with open(f"{ROOT}.lock", "w") as lock:
@@ -39,6 +40,12 @@ def old_layout(data_dir, tmp_path):
             yield ROOT
         finally:
             shutil.rmtree(ROOT, ignore_errors=True)
+
+
+@pytest.fixture
+def old_layout(data_dir):
+    with unpacked(data_dir) as root:
+        yield root
 
 
 def runs_of(client: MlflowClient, sweep: str, kind: str = "trial") -> list:

@@ -735,7 +735,18 @@ def test_extend_a_finished_sweep_with_settings_then_seeds(tmp_path, data_dir):
         (["--seeds", "2"], "it samples each setting's seed (params.seed)"),
         ([], "give --samples N"),
     ):
-        proc = rhnsearch_main("sweep", "extend", "ext", *args, cwd=tmp_path, check=False)
+        proc = rhnsearch_main(
+            "sweep",
+            "extend",
+            "ext",
+            *args,
+            "--storage-path",
+            tmp_path / "results" / "sweeps",
+            "--address",
+            "127.0.0.1:1",  # unreachable: a regression cannot start the extension
+            cwd=tmp_path,
+            check=False,
+        )
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
         assert says in proc.stderr
     client = MlflowClient(uri)
