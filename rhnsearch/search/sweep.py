@@ -30,7 +30,7 @@ from ..data.recorded import dataset_input
 from ..errors import UserError, first_line
 from ..provenance import provenance_tags
 from ..results import histories, snapshot
-from ..tracking_store import check_store, open_store
+from ..tracking_store import check_store, open_store, resolve_tracking_uri, sqlite_path
 from . import storage
 from .checkpoints import (
     KeepNewestCheckpoint,
@@ -171,7 +171,9 @@ def run_sweep(
     data_root = default_data_dir(data_dir).resolve()
     # fetched on first use, before Ray starts
     data = load_dataset(space.dataset, data_dir=data_root)
-    uri = open_store(tracking_uri)  # makes the sqlite store: after every check of the input
+    uri = resolve_tracking_uri(tracking_uri)
+    if not sqlite_path(uri):
+        check_store(uri)  # a server that does not answer fails before Ray starts
     cells = space.cells_for(data)
     planned = load_plan(plan, cells) if plan else None
     name = name or f"{space.study}-{preset or 'base'}-{datetime.now():%Y%m%d-%H%M%S}"
@@ -183,9 +185,10 @@ def run_sweep(
             f"sweep {name} already exists in {paths.sweep}: resume it with "
             f"`rhnsearch sweep resume {name}` or pick another --name"
         )
-    start_ray(address, space.cell_modules)  # an unreachable cluster fails here, first
+    start_ray(address, space.cell_modules)  # an unreachable or refusing cluster fails here
     if address:
         check_gpus(space.resources.gpu, local=False)
+    open_store(uri)  # a sqlite store is made once every check has passed and Ray took us
     client = MlflowClient(uri)
     experiment_id = get_experiment(client, uri, experiment or space.study)
     parent = client.create_run(
