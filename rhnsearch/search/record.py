@@ -41,8 +41,8 @@ class ParentRun:
 
 @dataclass(frozen=True)
 class SweepRecord:
-    """A sweep, as its state file holds it (the same keys, in order: a file written by an
-    earlier version reads, and the file of a sweep never extended has no `rounds`)."""
+    """A sweep, as its state file holds it: the keys that earlier versions wrote, so that each
+    reads the other's files (a sweep never extended has no `rounds`)."""
 
     name: str
     space_path: str  # the space file, absolute
