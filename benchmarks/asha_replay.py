@@ -27,9 +27,9 @@ from collections import deque
 import pandas as pd
 from asha_vs_fifo import EXPERIMENT, ranking, tau
 
-from rhnsearch.results.store import history, open_experiment
-from rhnsearch.results.store import trials as sweep_trials
 from rhnsearch.search.scheduler import STOP, CellASHAScheduler
+from rhnsearch.tracking.store import history, open_experiment
+from rhnsearch.tracking.store import trials as sweep_trials
 
 
 class Trial:

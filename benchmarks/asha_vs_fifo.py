@@ -29,8 +29,8 @@ from scipy.stats import kendalltau
 
 import rhnsearch
 from rhnsearch.errors import UserError
-from rhnsearch.results.store import open_experiment, sweeps
-from rhnsearch.results.store import trials as sweep_trials
+from rhnsearch.tracking.store import open_experiment, sweeps
+from rhnsearch.tracking.store import trials as sweep_trials
 
 EXPERIMENT = "asha_vs_fifo"
 

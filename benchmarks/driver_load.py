@@ -80,11 +80,12 @@ def run_rhnsearch(args, work: Path) -> dict:
     """The sweep's own Tuner over reporting trials; CPU until MLflow has every record."""
     from mlflow.tracking import MlflowClient
 
-    from rhnsearch.search.cluster import start_ray
-    from rhnsearch.search.record import Round, SweepRecord
+    from rhnsearch.cluster.connect import start_ray
     from rhnsearch.search.space import load_space
-    from rhnsearch.search.sweep import build_tuner
-    from rhnsearch.search.tracking import get_experiment, sender_for
+    from rhnsearch.sweep.lifecycle import build_tuner
+    from rhnsearch.sweep.record import Round, SweepRecord
+    from rhnsearch.tracking.sender import sender_for
+    from rhnsearch.tracking.uris import get_experiment
 
     grace = max(1, args.reports // 3)
     space = load_space(

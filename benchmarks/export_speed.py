@@ -5,9 +5,9 @@ Builds the sqlite store once (a parent sweep run and RUNS nested child runs shap
 tracker's: tags, 31 params, 10 metrics per epoch), starts `mlflow server` on a fresh
 PostgreSQL database of its own (tests/lab_services.py), copies the store's rows into it (the
 rows MLflow wrote, without logging them all again) and logs the sweep's history table
-(rhnsearch.results.snapshot) on the server's parent run, as a finished sweep does. Then times,
+(rhnsearch.tracking.snapshot) on the server's parent run, as a finished sweep does. Then times,
 the stores in turn in each of ROUNDS:
-  runs              rhnsearch.results.store.trials (MlflowClient.search_runs, paged)
+  runs              rhnsearch.tracking.store.trials (MlflowClient.search_runs, paged)
   history           store.history: one SELECT per 500 runs on a database store
                     (sqlite, postgresql://), the sweep's history table from the server
   history/no table  histories.read, what the server gives without the table:
@@ -37,7 +37,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 from sqlalchemy.dialects import postgresql
 
-from rhnsearch.results import histories, snapshot, store
+from rhnsearch.tracking import histories, snapshot, store
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))

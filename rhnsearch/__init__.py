@@ -24,10 +24,10 @@ _API = {
     "TrialConfig": "rhnsearch.train",
     "Trainer": "rhnsearch.train",
     "load_space": "rhnsearch.search.space",
-    "run_sweep": "rhnsearch.search.sweep",
-    "resume_sweep": "rhnsearch.search.sweep",
-    "extend_sweep": "rhnsearch.search.sweep",
-    "load_trials": "rhnsearch.results.store",
+    "run_sweep": "rhnsearch.sweep.lifecycle",
+    "resume_sweep": "rhnsearch.sweep.lifecycle",
+    "extend_sweep": "rhnsearch.sweep.lifecycle",
+    "load_trials": "rhnsearch.tracking.store",
 }
 
 __all__ = ["__version__", *_API]

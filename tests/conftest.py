@@ -606,7 +606,7 @@ class Sweep:
 
     def results(self) -> dict[str, list[dict]]:
         """Trial dir -> the results Tune has written for it so far."""
-        from rhnsearch.search import storage
+        from rhnsearch.cluster import storage
 
         found = {}
         for trial in storage.listdir(storage.join(self.storage, self.name)):

@@ -168,7 +168,7 @@ def test_resume_after_tune_deleted_the_checkpoint_its_saved_state_names(tmp_path
     name none yet.)"""
     import torch
 
-    from rhnsearch.search.checkpoints import stale_checkpoints
+    from rhnsearch.sweep.checkpoints import stale_checkpoints
 
     epochs = 20
     sweep = sweeps(
@@ -231,8 +231,8 @@ def test_resume_after_tune_deleted_the_checkpoint_its_saved_state_names(tmp_path
 def test_pruning_keeps_the_registered_checkpoint_and_any_newer_one(tmp_path):
     """A trial's first checkpoint seen by a (resumed) driver clears the older ones left in its
     folder, never the one registered nor a newer one its worker has written since."""
-    from rhnsearch.search.checkpoints import prune
-    from rhnsearch.search.storage import split
+    from rhnsearch.cluster.storage import split
+    from rhnsearch.sweep.checkpoints import prune
 
     for index in range(1, 5):
         (tmp_path / f"checkpoint_{index:06d}").mkdir()
@@ -250,7 +250,7 @@ def test_pruning_keeps_the_registered_checkpoint_and_any_newer_one(tmp_path):
 def test_a_saved_state_laid_out_otherwise_is_one_warning(state, tmp_path, caplog):
     """A Tune release whose saved state is laid out otherwise: the repair says so in one
     warning line and leaves the sweep's files as they were."""
-    from rhnsearch.search.checkpoints import repair_checkpoint_names
+    from rhnsearch.sweep.checkpoints import repair_checkpoint_names
 
     (tmp_path / "experiment_state-2026-01-01_00-00-00.json").write_text(state)
     (tmp_path / "run_trial_0" / "checkpoint_000001").mkdir(parents=True)
@@ -268,9 +268,9 @@ def test_runs_are_deleted_only_on_the_strength_of_a_state_read(state, tmp_path, 
     had started it before Tune saved it; the resume ran its setting again), but only where
     that state was read: a state renamed (as a Ray release might) or unreadable deletes
     nothing, and says so in one warning line."""
-    from rhnsearch.search.layout import SweepPaths
-    from rhnsearch.search.record import ParentRun
-    from rhnsearch.search.sweep import drop_lost_runs
+    from rhnsearch.sweep.close import drop_lost_runs
+    from rhnsearch.sweep.layout import SweepPaths
+    from rhnsearch.sweep.record import ParentRun
 
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = client.create_experiment("drop")
@@ -309,8 +309,8 @@ def test_tune_writes_the_storage_in_whole_files(tmp_path):
     file:// URI is written the same way."""
     import pyarrow.fs as pafs
 
-    from rhnsearch.search.layout import sweep_storage
-    from rhnsearch.search.storage import split
+    from rhnsearch.cluster.storage import split
+    from rhnsearch.sweep.layout import sweep_storage
 
     storage = tmp_path / "storage"
     storage.mkdir()
@@ -320,7 +320,7 @@ def test_tune_writes_the_storage_in_whole_files(tmp_path):
             sys.executable,
             "-c",
             (
-                "import os; from rhnsearch.search.storage import split; "
+                "import os; from rhnsearch.cluster.storage import split; "
                 f"s = split('{storage}')[0].open_output_stream('{storage}/state.json'); "
                 "s.write(b'x' * 5000); s.flush(); os._exit(9)"
             ),
@@ -355,7 +355,7 @@ def test_an_experiment_state_uploaded_half_written_keeps_the_stored_one(where, t
     next whole one replaces it; any other file is stored as it comes."""
     import pyarrow.fs as pafs
 
-    from rhnsearch.search import storage
+    from rhnsearch.cluster import storage
 
     root = str(tmp_path / "storage") if where == "directory" else s3_server.uri(s3_server.bucket())
     filesystem, path = storage.split(root)
@@ -1087,9 +1087,10 @@ def test_resumed_driver_leaves_finished_runs_as_they_were(tmp_path):
     and status. A failed run, which the resume retries, is ended again."""
     from ray.tune.experiment import Trial
 
-    from rhnsearch.search import tracking
-    from rhnsearch.search.layout import SweepPaths
-    from rhnsearch.search.record import ParentRun
+    from rhnsearch.sweep.layout import SweepPaths
+    from rhnsearch.sweep.record import ParentRun
+    from rhnsearch.tracking import callback as tracking
+    from rhnsearch.tracking import sender
 
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = client.create_experiment("resume")
@@ -1097,7 +1098,7 @@ def test_resumed_driver_leaves_finished_runs_as_they_were(tmp_path):
     cells = {"rhn d1 w8": {"arch": "rhn", "depth": 1, "tied": False, "width": 8, "params": 9}}
 
     def driver():
-        tracking._SENDERS.clear()  # a driver process of its own, with a sender of its own
+        sender._SENDERS.clear()  # a driver process of its own, with a sender of its own
         run = ParentRun(client.tracking_uri, experiment, parent, SweepPaths(str(tmp_path), "s"))
         tracker = tracking.MLflowTracker(run, cells)  # its storage: a directory
         tracker.setup()

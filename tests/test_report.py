@@ -374,7 +374,8 @@ def test_importance_equals_optuna_on_the_stored_trials(
 
 
 def test_parallel_coordinates_draw_every_trial_on_scaled_axes(jsb_diverging):
-    from rhnsearch.results import plots, store
+    from rhnsearch.results import plots
+    from rhnsearch.tracking import store
 
     chosen, trials = store.sweep_trials(
         store.open_experiment("jsb_diverging", jsb_diverging.tracking_uri)
@@ -676,7 +677,8 @@ def test_every_figure_of_the_reports_fits_and_no_legend_covers_data(
 ):
     """The figures the reports embed: every title and label inside the figure, every legend
     outside the axes it would cover."""
-    from rhnsearch.results import importance, plots, store, studies
+    from rhnsearch.results import importance, plots, studies
+    from rhnsearch.tracking import store
 
     checked = 0
     for sweep in (jsb_smoke, ptb_budget_smoke, ptb_hsg_smoke):

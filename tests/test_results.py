@@ -177,7 +177,8 @@ def test_swarm_draws_every_setting_on_its_axis(jsb_smoke, jsb_diverging, tmp_pat
     finding): completed filled, stopped early hollow, every one that did not diverge inside
     the axis (log-scaled where the losses span more than LOG_SPAN), diverged ones crosses in
     one row above them."""
-    from rhnsearch.results import plots, store
+    from rhnsearch.results import plots
+    from rhnsearch.tracking import store
 
     scales = set()
     for sweep in (jsb_smoke, jsb_diverging):
@@ -238,7 +239,8 @@ def test_swarm_draws_every_setting_on_its_axis(jsb_smoke, jsb_diverging, tmp_pat
 
 
 def test_depth_plot_overlays_the_published_curve_and_names_ptb_sample(ptb_budget_smoke, tmp_path):
-    from rhnsearch.results import plots, published, store, studies
+    from rhnsearch.results import plots, published, studies
+    from rhnsearch.tracking import store
 
     out = tmp_path / "depth.svg"
     results(ptb_budget_smoke, "plot", "depth", "--experiment", "ptb_budget", "--out", out)
@@ -287,7 +289,8 @@ def test_depth_plot_overlays_the_published_curve_and_names_ptb_sample(ptb_budget
 
 
 def test_hsg_plot_overlays_table_1(ptb_hsg_smoke, tmp_path):
-    from rhnsearch.results import plots, published, store, studies
+    from rhnsearch.results import plots, published, studies
+    from rhnsearch.tracking import store
 
     out = tmp_path / "hsg.svg"
     results(ptb_hsg_smoke, "plot", "depth", "--experiment", "ptb_hsg", "--out", out)
@@ -303,7 +306,8 @@ def test_hsg_plot_overlays_table_1(ptb_hsg_smoke, tmp_path):
 
 
 def test_curves_show_the_top_k_trials_valid_loss_per_epoch(jsb_smoke, tmp_path):
-    from rhnsearch.results import plots, store
+    from rhnsearch.results import plots
+    from rhnsearch.tracking import store
 
     results(
         jsb_smoke,

@@ -14,12 +14,12 @@ from ray import tune
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler
 
+from rhnsearch.cluster import storage
 from rhnsearch.compat import ray as ray_compat
-from rhnsearch.search import storage
-from rhnsearch.search.layout import SCHEDULER_STATE_FILE
 from rhnsearch.search.scheduler import CellASHAScheduler
 from rhnsearch.search.space import load_space
-from rhnsearch.search.sweep import build_scheduler
+from rhnsearch.sweep.layout import SCHEDULER_STATE_FILE
+from rhnsearch.sweep.lifecycle import build_scheduler
 
 from conftest import ROOT
 

@@ -12,7 +12,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 from rhnsearch.compat import mlflow as mlflow_compat
-from rhnsearch.results import histories, snapshot, store
+from rhnsearch.tracking import histories, snapshot, store
 
 from conftest import rhnsearch_main
 

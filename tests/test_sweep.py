@@ -15,7 +15,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from ray.tune.experiment import Trial
 
-from rhnsearch.search import jobs
+from rhnsearch.cluster import jobs
 from rhnsearch.search.scheduler import CellASHAScheduler
 from rhnsearch.search.searchers import load_study, study_names
 

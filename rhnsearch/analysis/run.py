@@ -13,7 +13,7 @@ from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
 from ..errors import UserError
-from ..tracking_store import existing_store
+from ..tracking.uris import existing_store
 from .checkpoint import best_run_id, load_trainer, run_of_model_uri
 from .gates import activity_figure, activity_table, gate_activity, hsg_figure, hsg_gate_values
 from .lesion import lesion, lesion_figure

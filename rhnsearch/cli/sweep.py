@@ -385,7 +385,7 @@ def sweep_then_report(sweep, as_json) -> int:
 
 
 def cmd_run(args):
-    from ..search.sweep import run_sweep
+    from ..sweep.lifecycle import run_sweep
 
     return sweep_then_report(
         lambda: run_sweep(
@@ -408,7 +408,7 @@ def cmd_run(args):
 
 
 def cmd_resume(args):
-    from ..search.sweep import resume_sweep
+    from ..sweep.lifecycle import resume_sweep
 
     return sweep_then_report(
         lambda: resume_sweep(args.name, address=args.address, storage_path=args.storage_path),
@@ -417,7 +417,7 @@ def cmd_resume(args):
 
 
 def cmd_extend(args):
-    from ..search.sweep import extend_sweep
+    from ..sweep.lifecycle import extend_sweep
 
     if args.samples is None and args.seeds is None:
         raise UserError("sweep extend: give --samples N (settings a cell) or --seeds N")
@@ -548,7 +548,7 @@ def print_plan(rows, total, *, scheduler, unit, devices, per_trial, timed_on):
 def cmd_submit(args):
     if args.slurm:
         return submit_to_slurm(args)
-    from ..search.jobs import submit
+    from ..cluster.jobs import submit
 
     job_id = submit(
         args.address,
@@ -570,7 +570,7 @@ def cmd_submit(args):
 
 
 def submit_to_slurm(args):
-    from ..search.slurm import Request, submit_sweep
+    from ..cluster.slurm import Request, submit_sweep
 
     request = Request(
         nodes=args.nodes,
@@ -606,21 +606,21 @@ def submit_to_slurm(args):
 
 
 def cmd_slurm_job(args):
-    from ..search.slurm import run_job
+    from ..cluster.slurm import run_job
 
     logging.getLogger(run_job.__module__).setLevel(logging.INFO)  # the job's own progress
     return run_job(args.job_dir, args.sweep_args)
 
 
 def cmd_slurm_node(args):
-    from ..search.slurm import run_node
+    from ..cluster.slurm import run_node
 
     logging.getLogger(run_node.__module__).setLevel(logging.INFO)
     return run_node(args.job_dir)
 
 
 def follow(address: str, job_id: str) -> int:
-    from ..search.jobs import follow_logs
+    from ..cluster.jobs import follow_logs
 
     status = follow_logs(address, job_id, sys.stdout)
     print(f"{job_id}: {status}", file=sys.stderr)
@@ -628,7 +628,7 @@ def follow(address: str, job_id: str) -> int:
 
 
 def cmd_logs(args):
-    from ..search.jobs import job_call
+    from ..cluster.jobs import job_call
 
     if args.follow:
         return follow(args.address, args.job)
@@ -637,11 +637,11 @@ def cmd_logs(args):
 
 def cmd_status(args):
     if args.address:
-        from ..search.jobs import job_status
+        from ..cluster.jobs import job_status
 
         print(job_status(args.address, args.name))
         return
-    from ..search.status import sweep_status
+    from ..sweep.status import sweep_status
     from .output import print_json
 
     status = sweep_status(args.name, args.storage_path)

@@ -40,7 +40,7 @@ def runs_table_url(base: str, experiment_id: str) -> str:
 def run_ui(args):
     from mlflow.tracking import MlflowClient
 
-    from ..tracking_store import open_store
+    from ..tracking.uris import open_store
 
     with socket.socket() as probe:
         if probe.connect_ex((args.host, args.port)) == 0:

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import UserError
-from . import store
+from ..tracking import store
 
 TABLE_FORMATS = (".parquet", ".csv", ".md", ".tex")
 ARROW_TYPES = {

@@ -15,7 +15,8 @@ from optuna.distributions import (
 from optuna.importance import FanovaImportanceEvaluator, PedAnovaImportanceEvaluator
 from optuna.trial import TrialState, create_trial
 
-from . import arch_order, store
+from ..tracking import store
+from . import arch_order
 from .tables import finished
 
 EVALUATORS = {

@@ -18,7 +18,8 @@ from matplotlib.ticker import LogLocator, MaxNLocator, NullLocator
 from matplotlib.transforms import blended_transform_factory
 
 from ..errors import UserError, first_line
-from . import arch_label, arch_order, store
+from ..tracking import store
+from . import arch_label, arch_order
 from .export import atomic, check_out
 from .studies import Groups, kind_of
 from .tables import best_per_cell, finished, sweep_dataset, swept_in_depth

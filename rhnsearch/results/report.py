@@ -15,7 +15,8 @@ from matplotlib.figure import Figure
 
 from ..errors import UserError, first_line
 from ..provenance import TAGS
-from . import arch_label, importance, plots, store, tables
+from ..tracking import store
+from . import arch_label, importance, plots, tables
 from .export import atomic, check_out, html_table
 from .studies import Kind, kind_of
 

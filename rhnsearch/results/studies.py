@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..errors import UserError
-from . import published, store, tables
+from ..tracking import store
+from . import published, tables
 from .export import check_out, markdown, write_frame
 
 # Sweeps of rhnsearch 0.2 recorded no kind: their study's, as its space would name it now.

@@ -1,4 +1,4 @@
-"""Sweeps: a search space (space.py) run on Ray Tune (sweep.py) as trials (trainable.py),
-scheduled early-stopping (scheduler.py), recorded in MLflow (tracking.py), with their state in
-the sweep's record (record.py) and files (layout.py) in its storage (storage.py); submitted to
-clusters as Ray Jobs (jobs.py) or Slurm (slurm.py)."""
+"""The spec and the search: a study's search space (space.py) and its cost before it runs
+(plan.py); what to try next, a setting per cell at random or from the cell's Optuna study
+(searchers.py), as one typed trial (trial.py); and which trials to stop early (scheduler.py).
+Nothing here runs a trial or writes to MLflow."""

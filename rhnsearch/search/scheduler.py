@@ -10,8 +10,8 @@ import math
 import numpy as np
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
+from ..cluster import storage
 from ..compat import ray as ray_compat
-from . import storage
 
 log = logging.getLogger(__name__)
 CONTINUE, STOP = TrialScheduler.CONTINUE, TrialScheduler.STOP

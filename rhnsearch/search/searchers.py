@@ -23,9 +23,9 @@ from optuna.trial import TrialState
 from ray import tune
 from ray.tune.search import Searcher
 
+from ..cluster import storage
 from ..models import resolve_arch
-from . import storage
-from .layout import OPTUNA_JOURNAL
+from ..sweep.layout import OPTUNA_JOURNAL
 from .space import Distribution, Space
 from .trial import tune_config
 

@@ -9,7 +9,7 @@ import os
 from mlflow.entities import Dataset, DatasetInput
 
 from ..compat import mlflow as mlflow_compat
-from .sources import SOURCES
+from ..data.sources import SOURCES
 
 SPLIT_USE = {
     "jsb": "train: train, validation: valid, test: test (of jsb-chorales-quarter.json)",

@@ -17,8 +17,8 @@ from mlflow.tracking import MlflowClient
 
 from ..errors import UserError
 from ..provenance import COMMIT_TAG, TAGS
-from ..tracking_store import existing_store
 from . import histories, snapshot
+from .uris import existing_store
 
 ID_COLUMNS = [
     "experiment",

@@ -8,7 +8,7 @@ from urllib.parse import urlparse
 
 from mlflow.tracking import MlflowClient
 
-from .errors import UserError, first_line
+from ..errors import UserError, first_line
 
 DEFAULT_STORE = "results/mlflow.db"
 
@@ -100,3 +100,10 @@ def check_store(uri: str):
             "start the MLflow server there or pass a working --tracking-uri "
             "(http://HOST:PORT or sqlite:///PATH)"
         ) from None
+
+
+def get_experiment(client: MlflowClient, uri: str, name: str) -> str:
+    experiment = client.get_experiment_by_name(name)
+    if experiment is not None:
+        return experiment.experiment_id
+    return client.create_experiment(name, artifact_location=artifact_root(uri, name))

@@ -14,7 +14,7 @@ from ray.exceptions import AuthenticationError
 
 from ..compat import ray as ray_compat
 from ..errors import UserError, first_line
-from .trainable import ALLOW_CPU_FALLBACK
+from ..sweep.trainable import ALLOW_CPU_FALLBACK
 
 log = logging.getLogger(__name__)
 

@@ -1,21 +1,12 @@
-"""MLflow records for a sweep: one parent run per sweep, one nested child run per trial.
-
-A Ray Tune callback (`MLflowTracker`) turns trial events into records: the trial's params when
-it starts, that epoch's metrics (step = epoch) and where it ran when it reports, its status
-tags and end when it ends. A record is appended to a journal on disk first (a killed driver
-loses none), then sent to MLflow by a background thread (`Sender`): Tune's event loop never
-waits on the network. A sweep whose storage is a bucket journals on the driver's disk and
-copies the records MLflow has not taken to the bucket while they wait, so that a resume on
-another machine sends them. Every record can be sent twice without effect, so a request that timed
-out but reached the server does no harm: a trial's run is looked up by its trial-id tag before
-one is created, metrics keep their timestamps (MLflow keeps one copy of an identical metric),
-epochs MLflow already has are not sent again, and runs end with their recorded end time.
-"""
+"""Sends a sweep's journaled records to MLflow from a background thread, so that Tune's event
+loop never waits on the network. Every record can be sent twice without effect, so a request
+that timed out but reached the server does no harm: a trial's run is looked up by its trial-id
+tag before one is created, metrics keep their timestamps (MLflow keeps one copy of an identical
+metric), epochs MLflow already has are not sent again, and runs end with their recorded end
+time."""
 
 import itertools
-import json
 import logging
-import os
 import queue
 import threading
 import time
@@ -23,16 +14,12 @@ from pathlib import Path
 
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
-from ray.tune import Callback
 
-from ..data.recorded import dataset_input
 from ..errors import first_line
 from ..provenance import provenance_tags
-from ..tracking_store import artifact_root
-from . import storage
-from .layout import PENDING_FILE, SENT_FILE, SweepPaths
-from .record import ParentRun
-from .trial import TrialSpec
+from ..sweep.record import ParentRun
+from .datasets import dataset_input
+from .journal import Journal
 
 log = logging.getLogger(__name__)
 QUEUE_SIZE = 1000  # records held in memory for the sender; the journal holds them all
@@ -40,108 +27,6 @@ BATCH = 500  # records sent at once at most: one request per trial among them
 BACKOFF_SECONDS = (1, 2, 5, 10, 30)  # between attempts while the store does not answer
 DRAIN_SECONDS = 30  # after the trials: how long an unreachable store is waited for
 MIRROR_SECONDS = 10  # while the store does not answer: how often waiting records are copied
-SKIP_RESULT_KEYS = {
-    "status",
-    "epoch",
-    "done",
-    "training_iteration",
-    "trial_id",
-    "date",
-    "timestamp",
-    "pid",
-    "hostname",
-    "node_ip",
-    "config",
-    "time_since_restore",
-    "iterations_since_restore",
-    "checkpoint_dir_name",
-    "should_checkpoint",
-    "n_params",  # a param of the run (TrialSpec.mlflow_params)
-}
-PLACEMENT_KEYS = {
-    "hostname": "host",
-    "node_ip": "node_ip",
-    "node_id": "node_id",
-    "device": "device",
-    "gpu_ids": "gpu_ids",
-    "torch_version": "torch_version",
-}  # result key -> run tag: where it trained
-
-
-def get_experiment(client: MlflowClient, uri: str, name: str) -> str:
-    experiment = client.get_experiment_by_name(name)
-    if experiment is not None:
-        return experiment.experiment_id
-    return client.create_experiment(name, artifact_location=artifact_root(uri, name))
-
-
-def parse(text: str) -> list[dict]:
-    """A journal's records; a line cut short by a dying driver ends the list."""
-    found = []
-    for line in text.splitlines():
-        try:
-            found.append(json.loads(line))
-        except json.JSONDecodeError:
-            break
-    return found
-
-
-class Journal:
-    """Records appended to a file and synced before they are sent, numbered; the number of
-    the last record MLflow has taken is kept beside it. Once everything is sent the file goes.
-    With a `mirror` (a file in the bucket), the records not sent are copied there on demand,
-    and the ones found there when the journal opens are taken into the file."""
-
-    def __init__(self, directory, mirror: str | None = None):
-        self.path = Path(directory) / PENDING_FILE
-        self.sent_path = Path(directory) / SENT_FILE
-        self.mirror = mirror
-        self.lock = threading.Lock()
-        self.last = max([self.sent(), *(r["seq"] for r in self.records())])
-        left = parse(storage.read_text(mirror) or "") if mirror else []
-        for record in left:
-            if record["seq"] > self.last:  # left by a driver on another machine
-                self.append(record, record["seq"])
-        self.mirrored = bool(left)
-
-    def sent(self) -> int:
-        return int(self.sent_path.read_text()) if self.sent_path.exists() else 0
-
-    def records(self, after: int = 0) -> list[dict]:
-        """The journal's records numbered above `after`."""
-        found = parse(self.path.read_text()) if self.path.exists() else []
-        return [r for r in found if r["seq"] > after]
-
-    def append(self, record: dict, seq: int | None = None) -> dict:
-        with self.lock:
-            self.last = seq or self.last + 1
-            record["seq"] = self.last
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "a") as out:
-                out.write(json.dumps(record) + "\n")
-                out.flush()
-                os.fsync(out.fileno())
-        return record
-
-    def copy_to_mirror(self):
-        """Copy the records not sent yet to the mirror (remove it once none are left)."""
-        if self.mirror is None:
-            return
-        pending = self.records(self.sent())
-        if pending:
-            storage.write_text(self.mirror, "".join(json.dumps(r) + "\n" for r in pending))
-        elif self.mirrored:
-            storage.delete_file(self.mirror)
-        self.mirrored = bool(pending)
-
-    def ack(self, seq: int):
-        """Record that MLflow has every record up to `seq`; drop the file once it has all."""
-        tmp = self.sent_path.with_suffix(".tmp")
-        tmp.write_text(str(seq))
-        os.replace(tmp, self.sent_path)
-        with self.lock:
-            if seq == self.last:
-                self.path.unlink(missing_ok=True)
 
 
 class Sender:
@@ -367,116 +252,3 @@ def sender_for(run: ParentRun) -> Sender:
         if key not in _SENDERS:
             _SENDERS[key] = Sender(run, Journal(key, run.paths.journal_mirror))
         return _SENDERS[key]
-
-
-class MLflowTracker(Callback):
-    """Ray Tune callback: the sweep's trial events as records for its sender (picklable: the
-    sender is found again, or started, by `setup`)."""
-
-    def __init__(self, run: ParentRun, cells: dict):
-        self.run, self.cells = run, cells
-        self._reset()
-
-    def _reset(self):
-        self.sender = None
-        self.started: set[str] = set()  # trials whose params were recorded by this driver
-        self.epoch: dict[str, int] = {}  # trial id -> last epoch recorded
-        self.placement: dict[str, dict] = {}  # trial id -> where it ran last
-
-    def __getstate__(self):
-        return {**self.__dict__, "sender": None}
-
-    def __setstate__(self, state: dict):
-        if "run" not in state:  # pickled (tuner.pkl) by a version before the sweep's record
-            paths = SweepPaths.of_folder(state.pop("experiment"), state.pop("sweep"))
-            state["run"] = ParentRun(
-                state.pop("tracking_uri"),
-                state.pop("experiment_id"),
-                state.pop("parent_run_id"),
-                paths,
-            )
-        self.__dict__.update(state)
-
-    def setup(self, **info):
-        self._reset()
-        self.sender = sender_for(self.run)
-
-    def _record(
-        self, trial_id: str, metrics=(), params=(), tags=(), end=None, name=None, dataset=None
-    ):
-        record = {
-            "trial_id": trial_id,
-            "name": name,
-            "end": end,
-            "dataset": dataset,
-            "end_time": int(time.time() * 1000) if end else None,
-            "metrics": [[m.key, m.value, m.timestamp, m.step] for m in metrics],
-            "params": [[p.key, p.value] for p in params],
-            "tags": [[t.key, t.value] for t in tags],
-        }
-        self.sender.put(self.sender.journal.append(record))
-
-    def start_run(self, trial):
-        """Record the trial's params (`TrialSpec.mlflow_params`) and dataset, once per trial
-        and driver (again after a resume: the same values, which MLflow takes again without
-        change)."""
-        if trial.trial_id in self.started:
-            return
-        self.started.add(trial.trial_id)
-        spec = TrialSpec.from_tune(trial.config, self.cells)
-        self._record(
-            trial.trial_id,
-            name=f"{spec.config.arch}-d{spec.config.depth}-{trial.trial_id}",
-            dataset=spec.config.dataset,
-            params=[Param(k, v) for k, v in spec.mlflow_params().items()],
-        )
-
-    def on_trial_start(self, iteration, trials, trial, **info):
-        self.start_run(trial)
-
-    def on_trial_result(self, iteration, trials, trial, result, **info):
-        self.start_run(trial)
-        epoch = int(result.get("epoch", result.get("training_iteration", 0)))
-        if epoch <= self.epoch.get(trial.trial_id, 0):
-            return  # reported again after a restore: recorded already
-        self.epoch[trial.trial_id] = epoch
-        now = int(time.time() * 1000)
-        metrics = [
-            Metric(k, float(v), now, epoch)
-            for k, v in result.items()
-            if k not in SKIP_RESULT_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool)
-        ]
-        metrics.append(Metric("epoch", float(epoch), now, epoch))
-        placement = {tag: str(result[key]) for key, tag in PLACEMENT_KEYS.items() if key in result}
-        changed = placement != self.placement.get(trial.trial_id)
-        self.placement[trial.trial_id] = placement
-        self._record(
-            trial.trial_id,
-            metrics=metrics,
-            tags=[RunTag(k, v) for k, v in placement.items()] if changed else [],
-        )
-
-    def on_trial_complete(self, iteration, trials, trial, **info):
-        result = trial.last_result or {}
-        status = result.get("status", "running")
-        tags = [RunTag("status", status if status != "running" else "stopped")]
-        if status == "running":
-            tags.append(RunTag("stopped_at_epoch", str(result.get("epoch", 0))))
-        self.start_run(trial)
-        self._record(trial.trial_id, tags=tags, end="FINISHED")
-
-    def on_trial_error(self, iteration, trials, trial, **info):
-        self.start_run(trial)
-        self._record(
-            trial.trial_id,
-            tags=[RunTag("status", "failed"), RunTag("error", error_line(trial))],
-            end="FAILED",
-        )
-
-
-def error_line(trial) -> str:
-    """The last line of the error Ray recorded for a failed trial (the exception's own
-    message, e.g. "RuntimeError: ..."), from the error file Tune writes beside the trial."""
-    path = getattr(trial, "error_file", None)
-    lines = Path(path).read_text().strip().splitlines() if path and Path(path).exists() else []
-    return (lines[-1].strip() if lines else "the trial's worker failed")[:500]

@@ -13,9 +13,9 @@ import torch
 from ray import tune
 
 from ..data import load_dataset
+from ..search.trial import TrialSpec
 from ..train import Trainer
 from .layout import HELD_FILE
-from .trial import TrialSpec
 
 ALLOW_CPU_FALLBACK = "RHNSEARCH_ALLOW_CPU_FALLBACK"  # =1: a GPU trial may train on the CPU
 _DATA = {}  # dataset cache per worker process: (name, data dir) -> data

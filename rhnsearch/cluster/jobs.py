@@ -17,10 +17,10 @@ from ray.exceptions import AuthenticationError
 
 from ..errors import UserError, first_line
 from ..provenance import COMMIT_ENV, DIRTY_ENV, git_commit
+from ..search.space import load_space
+from ..sweep.layout import STORAGE_ENV
 from . import storage
-from .cluster import check_address, refused_token
-from .layout import STORAGE_ENV
-from .space import load_space
+from .connect import check_address, refused_token
 
 RUNTIME_ENV = Path("jobs/runtime_env.yaml")
 

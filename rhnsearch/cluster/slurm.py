@@ -26,8 +26,8 @@ from datetime import datetime
 from pathlib import Path
 
 from ..errors import UserError, first_line
-from ..tracking_store import resolve_tracking_uri
-from .layout import (
+from ..search.space import load_space
+from ..sweep.layout import (
     JOB_HEAD_FILE,
     JOB_PRIVATE_DIR,
     JOB_TOKEN_FILE,
@@ -36,7 +36,7 @@ from .layout import (
     SweepPaths,
     sweep_storage,
 )
-from .space import load_space
+from ..tracking.uris import resolve_tracking_uri
 
 PORT_BASE, PORT_SLOTS, SLOT_SIZE = 20000, 400, 100  # ports 20000-59999, 100 to a slot
 SERVICES = 8  # a slot's first ports: Ray's services on a node; the rest: its workers

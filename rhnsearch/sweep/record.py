@@ -7,8 +7,8 @@ frozen value; a change (`sweep extend`) makes a new one. Saved as the sweep's st
 import json
 from dataclasses import asdict, dataclass, fields, replace
 
+from ..cluster import storage
 from ..errors import UserError, first_line
-from . import storage
 from .layout import SweepPaths
 
 

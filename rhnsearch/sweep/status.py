@@ -3,11 +3,11 @@ and in all, the device-hours its trials held beside those its plan expected."""
 
 from mlflow.tracking import MlflowClient
 
-from ..tracking_store import existing_store
+from ..search.plan import planned_hours
+from ..tracking.uris import existing_store
+from .close import HOURS, child_runs, spent
 from .layout import sweep_storage
-from .plan import planned_hours
 from .record import read_record
-from .sweep import HOURS, child_runs, spent
 
 
 def sweep_status(name: str, storage_path: str | None = None) -> dict:

@@ -20,10 +20,10 @@ import logging
 import pyarrow.fs as pafs
 from ray.tune import Callback
 
+from ..cluster import storage
 from ..compat import ray as ray_compat
 from ..errors import UserError
 from ..train import CHECKPOINT_FILE
-from . import storage
 
 log = logging.getLogger(__name__)
 

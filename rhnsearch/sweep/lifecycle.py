@@ -9,8 +9,10 @@ and docs/architecture.md draws a sweep's life over them.
 """
 
 import errno
+import importlib
 import logging
 import os
+import sys
 import tempfile
 import time
 from dataclasses import replace
@@ -18,39 +20,43 @@ from datetime import datetime
 from pathlib import Path
 
 from mlflow.entities import Metric
-from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from ray import tune
 from ray.tune.schedulers import FIFOScheduler
 
+from ..cluster import storage
+from ..cluster.connect import check_address, check_gpus, start_ray, trial_slots
 from ..compat import ray as ray_compat
 from ..data import data_dir as default_data_dir
 from ..data import load_dataset
-from ..data.recorded import dataset_input
 from ..errors import UserError, first_line
 from ..provenance import provenance_tags
-from ..results import histories, snapshot
-from ..tracking_store import check_store, open_store, resolve_tracking_uri, sqlite_path
-from . import storage
+from ..search.plan import load_plan, planned_hours
+from ..search.scheduler import CellASHAScheduler
+from ..search.searchers import METRIC, MODE, build_searcher, round_slots
+from ..search.space import Space, load_space
+from ..search.trial import tune_constants
+from ..tracking.callback import MLflowTracker
+from ..tracking.datasets import dataset_input
+from ..tracking.sender import sender_for
+from ..tracking.uris import (
+    check_store,
+    get_experiment,
+    open_store,
+    resolve_tracking_uri,
+    sqlite_path,
+)
 from .checkpoints import (
     KeepNewestCheckpoint,
     check_saved_state,
     repair_checkpoint_names,
-    saved_trial_ids,
 )
-from .cluster import check_address, check_gpus, start_ray, trial_slots
-from .layout import CHECKPOINT_FILE, LOCAL_SWEEPS, SweepPaths, round_name, sweep_storage
-from .plan import load_plan, planned_hours
-from .record import ParentRun, Round, SweepRecord, read_record, write_record
-from .scheduler import CellASHAScheduler
-from .searchers import METRIC, MODE, build_searcher, round_slots
-from .space import Space, load_space
-from .tracking import MLflowTracker, get_experiment, sender_for
+from .close import close_sweep
+from .layout import LOCAL_SWEEPS, SweepPaths, round_name, sweep_storage
+from .record import Round, SweepRecord, read_record, write_record
 from .trainable import run_trial
-from .trial import tune_constants
 
 log = logging.getLogger(__name__)
-HOURS = ("cpu_hours", "gpu_hours")  # device-hours the trials held, from their *_seconds
 
 
 def trainable(space: Space, cells: dict, function=run_trial):
@@ -304,6 +310,32 @@ def load_record(name: str, storage_path: str | None, address: str | None) -> Swe
     return replace(read_record(root, name), storage=root)
 
 
+# The modules of rhnsearch 0.2 that moved, and where they are now: Tune's saved state of a sweep
+# written then (tuner.pkl, the searcher's state) pickled objects under the old names.
+MOVED_MODULES = {
+    "rhnsearch.search.sweep": "rhnsearch.sweep.lifecycle",
+    "rhnsearch.search.status": "rhnsearch.sweep.status",
+    "rhnsearch.search.trainable": "rhnsearch.sweep.trainable",
+    "rhnsearch.search.checkpoints": "rhnsearch.sweep.checkpoints",
+    "rhnsearch.search.cluster": "rhnsearch.cluster.connect",
+    "rhnsearch.search.jobs": "rhnsearch.cluster.jobs",
+    "rhnsearch.search.slurm": "rhnsearch.cluster.slurm",
+    "rhnsearch.search.storage": "rhnsearch.cluster.storage",
+    "rhnsearch.search.tracking": "rhnsearch.tracking.callback",
+    "rhnsearch.tracking_store": "rhnsearch.tracking.uris",
+    "rhnsearch.results.histories": "rhnsearch.tracking.histories",
+    "rhnsearch.results.snapshot": "rhnsearch.tracking.snapshot",
+    "rhnsearch.results.store": "rhnsearch.tracking.store",
+    "rhnsearch.data.recorded": "rhnsearch.tracking.datasets",
+}
+
+
+def read_moved_modules():
+    """Let a Tuner pickled before the modules moved be read: their old names point at the new."""
+    for old, new in MOVED_MODULES.items():
+        sys.modules.setdefault(old, importlib.import_module(new))
+
+
 def resume_sweep(name: str, *, address: str | None = None, storage_path: str | None = None) -> dict:
     """Continue an interrupted sweep: finished trials are kept, unfinished ones resume from
     their last checkpoint, the same MLflow parent run is reused. A sweep stopped before Tune
@@ -324,6 +356,7 @@ def resume_sweep(name: str, *, address: str | None = None, storage_path: str | N
     if not tune.Tuner.can_restore(path, storage_filesystem=filesystem):
         start_ray(address, space.cell_modules)
         return finish(build_tuner(space, record), record)
+    read_moved_modules()
     check_saved_state(experiment_path)
     storage.remove_leftovers(experiment_path)
     start_ray(address, space.cell_modules)
@@ -406,8 +439,8 @@ def extend_sweep(
 
 
 def finish(tuner, record: SweepRecord) -> dict:
-    """Run the Tuner; then wait for the MLflow records and, when every trial has ended, keep
-    the best model and close the parent run. The summary is read back from MLflow."""
+    """Run the Tuner, wait until MLflow has every record, then close the sweep (`close_sweep`);
+    returns its summary, read back from MLflow."""
     start = time.monotonic()
     ray_compat.quiet_result_grid()  # Tune's file loggers are off (start_ray)
     results = tuner.fit()
@@ -422,160 +455,4 @@ def finish(tuner, record: SweepRecord) -> dict:
             f"{kept}; when it is back, `rhnsearch sweep resume {record.name}` "
             "sends them and closes the sweep"
         )
-    client = MlflowClient(record.tracking_uri)
-    try:
-        drop_lost_runs(client, record.parent_run)
-        runs = child_runs(client, record.parent_run)
-        long = histories.read(
-            record.tracking_uri,
-            client,
-            [r.info.run_id for r in runs],
-            sorted({k for r in runs for k in r.data.metrics} - {"epoch"}),
-        )
-        summary = summarize(runs, long, record.name)
-    except MlflowException as exc:
-        raise UserError(
-            f"sweep {record.name}: every trial ended but MLflow at "
-            f"{record.tracking_uri} is not answering "
-            f"({first_line(exc, 160)}): when it is back, `rhnsearch "
-            f"sweep resume {record.name}` closes the sweep"
-        ) from None
-    summary["trials_seconds"] = round(trials_seconds, 1)
-    summary["wall_seconds"] = round(time.monotonic() - start, 1)
-    summary["complete"] = summary["running"] == 0 and summary["trials"] == record.trials
-    if summary["complete"]:
-        parent = record.parent_run_id
-        if summary["best"]:
-            if record.space.get("keep_model") == "best":
-                keep_best_model(client, results, summary["best"], record)
-            client.set_tag(parent, "best_run_id", summary["best"]["run_id"])
-        now = int(time.time() * 1000)
-        per_cell = [
-            Metric(f"{unit}/{cell}", value, now, 0)
-            for cell, hours in summary["spent"].items()
-            for unit, value in hours.items()
-        ]
-        client.log_batch(
-            parent,
-            metrics=[
-                Metric(k, float(v), now, 0)
-                for k, v in summary.items()
-                if isinstance(v, (int, float)) and not isinstance(v, bool)
-            ]
-            + per_cell,
-        )
-        from ..results.plots import log_sweep_plots
-        from ..results.report import log_sweep_report
-
-        snapshot.log_histories(client, parent, long)
-        log_sweep_plots(client, record.experiment_id, parent)
-        log_sweep_report(client, record.experiment_id, parent)
-        client.set_terminated(parent, "FINISHED")
-    return summary
-
-
-def drop_lost_runs(client: MlflowClient, parent: ParentRun):
-    """Delete the runs of trials that a killed driver had started but Tune had not saved yet:
-    the resumed sweep does not know them, and runs their settings again as new trials. Only
-    on the strength of Tune's saved state of every round, read: where one is missing or
-    unreadable, every run is kept, and a warning says so."""
-    paths = parent.paths.round_dirs
-    saved = [saved_trial_ids(path) for path in paths]
-    if None in saved:
-        log.warning(
-            "Tune's saved experiment state was not found in %s or could not be read: every "
-            "MLflow run of the sweep is kept (a trial a killed driver had started before "
-            "Tune saved it may have a second run)",
-            paths[saved.index(None)],
-        )
-        return
-    trials = set().union(*saved)
-    lost = [
-        run for run in child_runs(client, parent) if run.data.tags.get("trial_id") not in trials
-    ]
-    for run in lost:
-        client.delete_run(run.info.run_id)
-    if lost:
-        log.warning(
-            "deleted %d MLflow run(s) of trials the killed driver had started before "
-            "Tune saved them; the resumed sweep ran them again",
-            len(lost),
-        )
-
-
-def child_runs(client: MlflowClient, parent: ParentRun) -> list:
-    return client.search_runs(
-        [parent.experiment_id],
-        f"tags.mlflow.parentRunId = '{parent.run_id}'",
-        max_results=50000,
-    )
-
-
-def spent(runs: list) -> dict:
-    """The CPU- and GPU-hours the RUNS' trials held (their last cpu_seconds, gpu_seconds), in
-    all and per cell: {"cpu_hours", "gpu_hours", "cells": {label: {...}}}."""
-    cells = {}
-    for run in runs:
-        cell = cells.setdefault(run.data.params.get("cell", "?"), dict.fromkeys(HOURS, 0.0))
-        for unit in HOURS:
-            cell[unit] += run.data.metrics.get(unit.replace("hours", "seconds"), 0.0) / 3600
-    return {**{unit: sum(c[unit] for c in cells.values()) for unit in HOURS}, "cells": cells}
-
-
-def summarize(runs: list, long, name: str) -> dict:
-    """Counts by status and the best trial of the sweep's MLflow RUNS, the training time in
-    their histories LONG (histories.read's rows) and the device-hours they held."""
-    counts = {s: 0 for s in ("completed", "stopped", "diverged", "failed", "running")}
-    train_seconds = float(long.loc[long["key"] == "epoch_seconds", "value"].sum())
-    held = spent(runs)
-    best = None
-    for run in runs:
-        status = run.data.tags.get("status", "running")
-        counts[status] = counts.get(status, 0) + 1
-        loss = run.data.metrics.get("best_valid_loss")
-        if (
-            status in ("completed", "stopped")
-            and loss is not None
-            and loss == loss
-            and (best is None or loss < best["best_valid_loss"])
-        ):
-            best = {
-                "run_id": run.info.run_id,
-                "trial_id": run.data.tags.get("trial_id"),
-                "best_valid_loss": loss,
-                "params": run.data.params,
-            }
-    return {
-        "name": name,
-        "trials": len(runs),
-        **counts,
-        "train_seconds": round(train_seconds, 1),
-        "cpu_hours": held["cpu_hours"],
-        "gpu_hours": held["gpu_hours"],
-        "spent": held["cells"],
-        "best": best,
-    }
-
-
-def keep_best_model(client: MlflowClient, results, best: dict, record: SweepRecord):
-    """Log the best trial's config and best-valid weights as the MLflow model of its run, and
-    register it as a new version of the space's register_model, if it names one."""
-    import torch
-
-    from ..analysis.mlflow_model import keep_model
-
-    for result in results:
-        if result.metrics.get("trial_id") != best["trial_id"] or result.checkpoint is None:
-            continue
-        with result.checkpoint.as_directory() as ckpt:
-            saved = torch.load(Path(ckpt) / CHECKPOINT_FILE, weights_only=True)
-        keep_model(
-            client,
-            best["run_id"],
-            saved["config"],
-            saved["best_state"] or saved["model"],
-            record.data_dir,
-            record.space.get("register_model"),
-            {"study": record.space["study"], "sweep": record.name},
-        )
-        return
+    return close_sweep(record, results, trials_seconds=trials_seconds, started=start)

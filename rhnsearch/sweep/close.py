@@ -1,0 +1,192 @@
+"""Closing a sweep: the one step after its trials, which reads what MLflow stored of them and
+writes the sweep's results onto its parent run (summary metrics, the best model, histories,
+plots and report). The sweep's life (lifecycle.py) calls it; the search never imports the
+results or the analysis."""
+
+import logging
+import time
+from pathlib import Path
+
+from mlflow.entities import Metric
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from ..errors import UserError, first_line
+from ..tracking import histories, snapshot
+from .checkpoints import saved_trial_ids
+from .layout import CHECKPOINT_FILE
+from .record import ParentRun, SweepRecord
+
+log = logging.getLogger(__name__)
+HOURS = ("cpu_hours", "gpu_hours")  # device-hours the trials held, from their *_seconds
+
+
+def close_sweep(record: SweepRecord, results, *, trials_seconds: float, started: float) -> dict:
+    """Close the sweep once Tune is done and MLflow has every record: drop the runs a killed
+    driver lost, read the summary back from MLflow and, when every trial has ended, keep the
+    best model and log the totals, the histories, the plots and the report on the parent run,
+    then end it FINISHED. Returns the summary.
+
+    Args:
+        record: The sweep.
+        results: Tune's ResultGrid (the best trial's checkpoint is read from it).
+        trials_seconds: How long the trials took.
+        started: `time.monotonic()` when the trials started (for the wall time).
+    """
+    client = MlflowClient(record.tracking_uri)
+    try:
+        drop_lost_runs(client, record.parent_run)
+        runs = child_runs(client, record.parent_run)
+        long = histories.read(
+            record.tracking_uri,
+            client,
+            [r.info.run_id for r in runs],
+            sorted({k for r in runs for k in r.data.metrics} - {"epoch"}),
+        )
+        summary = summarize(runs, long, record.name)
+    except MlflowException as exc:
+        raise UserError(
+            f"sweep {record.name}: every trial ended but MLflow at "
+            f"{record.tracking_uri} is not answering "
+            f"({first_line(exc, 160)}): when it is back, `rhnsearch "
+            f"sweep resume {record.name}` closes the sweep"
+        ) from None
+    summary["trials_seconds"] = round(trials_seconds, 1)
+    summary["wall_seconds"] = round(time.monotonic() - started, 1)
+    summary["complete"] = summary["running"] == 0 and summary["trials"] == record.trials
+    if summary["complete"]:
+        parent = record.parent_run_id
+        if summary["best"]:
+            if record.space.get("keep_model") == "best":
+                keep_best_model(client, results, summary["best"], record)
+            client.set_tag(parent, "best_run_id", summary["best"]["run_id"])
+        now = int(time.time() * 1000)
+        per_cell = [
+            Metric(f"{unit}/{cell}", value, now, 0)
+            for cell, hours in summary["spent"].items()
+            for unit, value in hours.items()
+        ]
+        client.log_batch(
+            parent,
+            metrics=[
+                Metric(k, float(v), now, 0)
+                for k, v in summary.items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool)
+            ]
+            + per_cell,
+        )
+        from ..results.plots import log_sweep_plots  # matplotlib: only once a sweep closes
+        from ..results.report import log_sweep_report
+
+        snapshot.log_histories(client, parent, long)
+        log_sweep_plots(client, record.experiment_id, parent)
+        log_sweep_report(client, record.experiment_id, parent)
+        client.set_terminated(parent, "FINISHED")
+    return summary
+
+
+def drop_lost_runs(client: MlflowClient, parent: ParentRun):
+    """Delete the runs of trials that a killed driver had started but Tune had not saved yet:
+    the resumed sweep does not know them, and runs their settings again as new trials. Only
+    on the strength of Tune's saved state of every round, read: where one is missing or
+    unreadable, every run is kept, and a warning says so."""
+    paths = parent.paths.round_dirs
+    saved = [saved_trial_ids(path) for path in paths]
+    if None in saved:
+        log.warning(
+            "Tune's saved experiment state was not found in %s or could not be read: every "
+            "MLflow run of the sweep is kept (a trial a killed driver had started before "
+            "Tune saved it may have a second run)",
+            paths[saved.index(None)],
+        )
+        return
+    trials = set().union(*saved)
+    lost = [
+        run for run in child_runs(client, parent) if run.data.tags.get("trial_id") not in trials
+    ]
+    for run in lost:
+        client.delete_run(run.info.run_id)
+    if lost:
+        log.warning(
+            "deleted %d MLflow run(s) of trials the killed driver had started before "
+            "Tune saved them; the resumed sweep ran them again",
+            len(lost),
+        )
+
+
+def child_runs(client: MlflowClient, parent: ParentRun) -> list:
+    return client.search_runs(
+        [parent.experiment_id],
+        f"tags.mlflow.parentRunId = '{parent.run_id}'",
+        max_results=50000,
+    )
+
+
+def spent(runs: list) -> dict:
+    """The CPU- and GPU-hours the RUNS' trials held (their last cpu_seconds, gpu_seconds), in
+    all and per cell: {"cpu_hours", "gpu_hours", "cells": {label: {...}}}."""
+    cells = {}
+    for run in runs:
+        cell = cells.setdefault(run.data.params.get("cell", "?"), dict.fromkeys(HOURS, 0.0))
+        for unit in HOURS:
+            cell[unit] += run.data.metrics.get(unit.replace("hours", "seconds"), 0.0) / 3600
+    return {**{unit: sum(c[unit] for c in cells.values()) for unit in HOURS}, "cells": cells}
+
+
+def summarize(runs: list, long, name: str) -> dict:
+    """Counts by status and the best trial of the sweep's MLflow RUNS, the training time in
+    their histories LONG (histories.read's rows) and the device-hours they held."""
+    counts = {s: 0 for s in ("completed", "stopped", "diverged", "failed", "running")}
+    train_seconds = float(long.loc[long["key"] == "epoch_seconds", "value"].sum())
+    held = spent(runs)
+    best = None
+    for run in runs:
+        status = run.data.tags.get("status", "running")
+        counts[status] = counts.get(status, 0) + 1
+        loss = run.data.metrics.get("best_valid_loss")
+        if (
+            status in ("completed", "stopped")
+            and loss is not None
+            and loss == loss
+            and (best is None or loss < best["best_valid_loss"])
+        ):
+            best = {
+                "run_id": run.info.run_id,
+                "trial_id": run.data.tags.get("trial_id"),
+                "best_valid_loss": loss,
+                "params": run.data.params,
+            }
+    return {
+        "name": name,
+        "trials": len(runs),
+        **counts,
+        "train_seconds": round(train_seconds, 1),
+        "cpu_hours": held["cpu_hours"],
+        "gpu_hours": held["gpu_hours"],
+        "spent": held["cells"],
+        "best": best,
+    }
+
+
+def keep_best_model(client: MlflowClient, results, best: dict, record: SweepRecord):
+    """Log the best trial's config and best-valid weights as the MLflow model of its run, and
+    register it as a new version of the space's register_model, if it names one."""
+    import torch
+
+    from ..analysis.mlflow_model import keep_model
+
+    for result in results:
+        if result.metrics.get("trial_id") != best["trial_id"] or result.checkpoint is None:
+            continue
+        with result.checkpoint.as_directory() as ckpt:
+            saved = torch.load(Path(ckpt) / CHECKPOINT_FILE, weights_only=True)
+        keep_model(
+            client,
+            best["run_id"],
+            saved["config"],
+            saved["best_state"] or saved["model"],
+            record.data_dir,
+            record.space.get("register_model"),
+            {"study": record.space["study"], "sweep": record.name},
+        )
+        return

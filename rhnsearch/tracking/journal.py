@@ -1,0 +1,81 @@
+"""A sweep's MLflow records on the driver's disk before they are sent: appended and synced
+(a killed driver loses none), numbered, with the number of the last one MLflow has taken; a
+bucket sweep copies the waiting ones to its bucket, so that a resume on another machine sends
+them (`sweep.layout`: PENDING_FILE, SENT_FILE)."""
+
+import json
+import os
+import threading
+from pathlib import Path
+
+from ..cluster import storage
+from ..sweep.layout import PENDING_FILE, SENT_FILE
+
+
+def parse(text: str) -> list[dict]:
+    """A journal's records; a line cut short by a dying driver ends the list."""
+    found = []
+    for line in text.splitlines():
+        try:
+            found.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return found
+
+
+class Journal:
+    """Records appended to a file and synced before they are sent, numbered; the number of
+    the last record MLflow has taken is kept beside it. Once everything is sent the file goes.
+    With a `mirror` (a file in the bucket), the records not sent are copied there on demand,
+    and the ones found there when the journal opens are taken into the file."""
+
+    def __init__(self, directory, mirror: str | None = None):
+        self.path = Path(directory) / PENDING_FILE
+        self.sent_path = Path(directory) / SENT_FILE
+        self.mirror = mirror
+        self.lock = threading.Lock()
+        self.last = max([self.sent(), *(r["seq"] for r in self.records())])
+        left = parse(storage.read_text(mirror) or "") if mirror else []
+        for record in left:
+            if record["seq"] > self.last:  # left by a driver on another machine
+                self.append(record, record["seq"])
+        self.mirrored = bool(left)
+
+    def sent(self) -> int:
+        return int(self.sent_path.read_text()) if self.sent_path.exists() else 0
+
+    def records(self, after: int = 0) -> list[dict]:
+        """The journal's records numbered above `after`."""
+        found = parse(self.path.read_text()) if self.path.exists() else []
+        return [r for r in found if r["seq"] > after]
+
+    def append(self, record: dict, seq: int | None = None) -> dict:
+        with self.lock:
+            self.last = seq or self.last + 1
+            record["seq"] = self.last
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a") as out:
+                out.write(json.dumps(record) + "\n")
+                out.flush()
+                os.fsync(out.fileno())
+        return record
+
+    def copy_to_mirror(self):
+        """Copy the records not sent yet to the mirror (remove it once none are left)."""
+        if self.mirror is None:
+            return
+        pending = self.records(self.sent())
+        if pending:
+            storage.write_text(self.mirror, "".join(json.dumps(r) + "\n" for r in pending))
+        elif self.mirrored:
+            storage.delete_file(self.mirror)
+        self.mirrored = bool(pending)
+
+    def ack(self, seq: int):
+        """Record that MLflow has every record up to `seq`; drop the file once it has all."""
+        tmp = self.sent_path.with_suffix(".tmp")
+        tmp.write_text(str(seq))
+        os.replace(tmp, self.sent_path)
+        with self.lock:
+            if seq == self.last:
+                self.path.unlink(missing_ok=True)
