@@ -16,6 +16,10 @@ from ..compat import ray as ray_compat
 from ..errors import UserError, first_line
 from ..sweep.trainable import ALLOW_CPU_FALLBACK
 
+# Set in a Ray Job whose runtime env ships the sweep's own cells (jobs.submit): its
+# driver joins with them already there, and Ray refuses a second py_modules for the job.
+CELLS_SHIPPED_ENV = "RHNSEARCH_CELLS_SHIPPED"
+
 log = logging.getLogger(__name__)
 
 
@@ -52,7 +56,7 @@ def start_ray(address: str | None, modules: list[str] = ()):
     # The driver's opt-out goes to its trials' workers (see trainable.assigned_gpus).
     env = {k: os.environ[k] for k in (ALLOW_CPU_FALLBACK,) if k in os.environ}
     runtime_env = {"env_vars": env} if env else {}
-    if modules:
+    if modules and os.environ.get(CELLS_SHIPPED_ENV) != "1":
         runtime_env["py_modules"] = list(modules)
     runtime_env = runtime_env or None
     if address:

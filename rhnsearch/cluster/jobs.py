@@ -8,6 +8,8 @@ dir is the cluster's.
 import asyncio
 import os
 import shlex
+import shutil
+import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
@@ -20,9 +22,20 @@ from ..provenance import COMMIT_ENV, DIRTY_ENV, git_commit
 from ..search.space import load_space
 from ..sweep.layout import STORAGE_ENV
 from . import storage
-from .connect import check_address, refused_token
+from .connect import CELLS_SHIPPED_ENV, check_address, refused_token
 
 RUNTIME_ENV = Path("jobs/runtime_env.yaml")
+
+
+def shippable(path: str) -> str:
+    """A cell's module as Ray's Jobs API takes it, a folder: a package's own, or for a module
+    file MODULE.py a temporary folder MODULE/ holding it as its __init__.py (imported alike)."""
+    if Path(path).is_dir():
+        return path
+    package = Path(tempfile.mkdtemp(prefix="rhnsearch-cell-")) / Path(path).stem
+    package.mkdir()
+    shutil.copyfile(path, package / "__init__.py")
+    return str(package)
 
 
 def job_client(address: str):
@@ -108,7 +121,8 @@ def submit(
     command = entrypoint(space, name, uri, storage_path, {"preset": preset, **options}, overrides)
     env = runtime_env()
     if loaded.cell_modules:  # cells of one's own reach the job's driver and its workers
-        env["py_modules"] = loaded.cell_modules
+        env["py_modules"] = [shippable(path) for path in loaded.cell_modules]
+        env.setdefault("env_vars", {})[CELLS_SHIPPED_ENV] = "1"  # its driver ships none again
     deadline = time.monotonic() + 90
     while True:
         try:
