@@ -128,20 +128,25 @@ class CellStudies(CellSearcher):
     A trial the killed driver had asked for but Tune had not saved stays RUNNING in its
     study; the resumed round asks for its setting again."""
 
-    def __init__(self, space, cells, constants, slots, sweep: str, experiment: str, sampler: str):
+    def __init__(self, space, cells, constants, slots, sweep: str, sweep_dir: str, sampler: str):
         super().__init__(space, cells, constants, slots)
-        self.sweep, self.experiment, self.sampler = sweep, experiment, sampler
+        self.sweep, self.sweep_dir, self.sampler = sweep, sweep_dir, sampler
         self.asked: dict[str, tuple[str, int]] = {}  # Tune trial id -> (cell, Optuna number)
         self.studies: dict[str, optuna.Study] = {}
 
     def __getstate__(self):
         return {**self.__dict__, "studies": {}}
 
+    def __setstate__(self, state: dict):
+        if "experiment" in state:  # pickled (tuner.pkl) by rhnsearch 0.2
+            state["sweep_dir"] = state.pop("experiment")
+        self.__dict__.update(state)
+
     def study(self, label: str) -> optuna.Study:
         if label not in self.studies:
             study = optuna.create_study(
                 study_name=study_name(self.sweep, label),
-                storage=optuna_storage(self.experiment),
+                storage=optuna_storage(self.sweep_dir),
                 direction="minimize",
                 load_if_exists=True,
             )
@@ -196,10 +201,10 @@ class ObjectJournal(BaseJournalBackend):
         )
 
 
-def optuna_storage(experiment: str) -> JournalStorage:
+def optuna_storage(sweep_dir: str) -> JournalStorage:
     """The Optuna studies' storage in the sweep's directory: a journal file (with its own
     lock, safe on shared filesystems), or numbered objects in a bucket."""
-    location = storage.join(experiment, OPTUNA_JOURNAL)
+    location = storage.join(sweep_dir, OPTUNA_JOURNAL)
     if storage.is_uri(location):
         return JournalStorage(ObjectJournal(location))
     return JournalStorage(JournalFileBackend(location + ".log"))
@@ -209,14 +214,14 @@ def study_name(sweep: str, cell: str) -> str:
     return f"{sweep}/{cell}"
 
 
-def study_names(experiment: str) -> list[str]:
+def study_names(sweep_dir: str) -> list[str]:
     """The Optuna studies in the sweep's storage at EXPERIMENT."""
-    return optuna.get_all_study_names(optuna_storage(experiment))
+    return optuna.get_all_study_names(optuna_storage(sweep_dir))
 
 
-def load_study(experiment: str, name: str) -> optuna.Study:
+def load_study(sweep_dir: str, name: str) -> optuna.Study:
     """An Optuna study of a sweep (`study_name(sweep, cell)`), as its storage has it."""
-    return optuna.load_study(study_name=name, storage=optuna_storage(experiment))
+    return optuna.load_study(study_name=name, storage=optuna_storage(sweep_dir))
 
 
 def build_searcher(
@@ -225,11 +230,11 @@ def build_searcher(
     constants: dict,
     slots: list[tuple],
     search: str,
-    experiment: str,
+    sweep_dir: str,
     sweep: str,
 ) -> CellSearcher:
-    """The searcher of a round of SLOTS (`round_slots`) of the sweep SWEEP, whose storage is at
-    EXPERIMENT: at random (SEARCH random) or by an Optuna study per cell (optuna)."""
+    """The searcher of a round of SLOTS (`round_slots`) of the sweep SWEEP, whose folder is
+    SWEEP_DIR: at random (SEARCH random) or by an Optuna study per cell (optuna)."""
     if search == "random":
         return CellSearcher(space, cells, constants, slots)
-    return CellStudies(space, cells, constants, slots, sweep, experiment, space.sampler)
+    return CellStudies(space, cells, constants, slots, sweep, sweep_dir, space.sampler)

@@ -63,17 +63,17 @@ def prune(filesystem, folder: str, names: list[str] | None, keep: str):
             filesystem.delete_dir(f"{folder}/{name}")
 
 
-def saved_state(experiment: str) -> str | None:
+def saved_state(round_dir: str) -> str | None:
     """The text of Tune's newest saved experiment state (None without one)."""
-    state = ray_compat.newest_experiment_state(storage.listdir(experiment))
-    return None if state is None else storage.read_text(storage.join(experiment, state))
+    state = ray_compat.newest_experiment_state(storage.listdir(round_dir))
+    return None if state is None else storage.read_text(storage.join(round_dir, state))
 
 
-def saved_trial_ids(experiment: str) -> set[str] | None:
+def saved_trial_ids(round_dir: str) -> set[str] | None:
     """The trials in Tune's newest saved experiment state, or None where there is no such
     state or it is not laid out as expected (a Ray release that renames or changes it):
     nothing can be concluded from it then."""
-    state = saved_state(experiment)
+    state = saved_state(round_dir)
     if state is None:
         return None
     try:
@@ -82,42 +82,42 @@ def saved_trial_ids(experiment: str) -> set[str] | None:
         return None
 
 
-def check_saved_state(experiment: str):
+def check_saved_state(round_dir: str):
     """Refuse, in one line, a resume whose saved Tune state cannot be read (a file cut short):
-    Tune would log the error and start the whole experiment again, with empty configs."""
-    for name, load in ray_compat.newest_saved_states(storage.listdir(experiment)):
+    Tune would log the error and start the whole round again, with empty configs."""
+    for name, load in ray_compat.newest_saved_states(storage.listdir(round_dir)):
         try:
-            load(storage.read_bytes(storage.join(experiment, name)))
+            load(storage.read_bytes(storage.join(round_dir, name)))
         except Exception as exc:  # whatever the loader raises, the file cannot be read
             raise UserError(
-                f"Tune's saved state {name} in {experiment} cannot be read "
+                f"Tune's saved state {name} in {round_dir} cannot be read "
                 f"({type(exc).__name__}: {str(exc)[:80] or 'empty file'}): this "
                 "sweep cannot be resumed; start it again with `rhnsearch sweep "
                 "run` under another --name"
             ) from None
 
 
-def stale_checkpoints(experiment: str) -> list[tuple[str, str]]:
+def stale_checkpoints(round_dir: str) -> list[tuple[str, str]]:
     """(trial dir, checkpoint name) of each trial whose latest checkpoint in the saved Tune
     state is no longer in the storage."""
-    state = saved_state(experiment)
+    state = saved_state(round_dir)
     stale = []
     for folder, named in ray_compat.saved_checkpoints(state) if state is not None else []:
-        trial_dir = storage.join(experiment, folder)
+        trial_dir = storage.join(round_dir, folder)
         if named and named not in storage.listdir(trial_dir):
             stale.append((trial_dir, named))
     return stale
 
 
-def repair_checkpoint_names(experiment: str):
+def repair_checkpoint_names(round_dir: str):
     """Give each stale trial the first complete checkpoint after the one its state names."""
     try:
-        stale = stale_checkpoints(experiment)
+        stale = stale_checkpoints(round_dir)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         log.warning(
             "Tune's saved state in %s is not laid out as this version of rhnsearch "
             "expects (%s: %s); resuming without checking its checkpoint names",
-            experiment,
+            round_dir,
             type(exc).__name__,
             exc,
         )

@@ -349,18 +349,18 @@ def resume_sweep(name: str, *, address: str | None = None, storage_path: str | N
             results/sweeps.
     """
     record = load_record(name, storage_path, address)
-    experiment_path = record.paths.round_dirs[-1]
+    round_dir = record.paths.round_dirs[-1]
     check_store(record.tracking_uri)
-    filesystem, path = storage.split(experiment_path)
+    filesystem, path = storage.split(round_dir)
     space = Space.model_validate(record.space)
     if not tune.Tuner.can_restore(path, storage_filesystem=filesystem):
         start_ray(address, space.cell_modules)
         return finish(build_tuner(space, record), record)
     read_moved_modules()
-    check_saved_state(experiment_path)
-    storage.remove_leftovers(experiment_path)
+    check_saved_state(round_dir)
+    storage.remove_leftovers(round_dir)
     start_ray(address, space.cell_modules)
-    repair_checkpoint_names(experiment_path)
+    repair_checkpoint_names(round_dir)
     tuner = tune.Tuner.restore(
         path,
         trainable(space, record.cells),
