@@ -27,12 +27,12 @@ from .connect import CELLS_SHIPPED_ENV, check_address, refused_token
 RUNTIME_ENV = Path("jobs/runtime_env.yaml")
 
 
-def shippable(path: str) -> str:
+def shippable(path: str, folder: str) -> str:
     """A cell's module as Ray's Jobs API takes it, a folder: a package's own, or for a module
-    file MODULE.py a temporary folder MODULE/ holding it as its __init__.py (imported alike)."""
+    file MODULE.py the folder FOLDER/MODULE holding it as its __init__.py (imported alike)."""
     if Path(path).is_dir():
         return path
-    package = Path(tempfile.mkdtemp(prefix="rhnsearch-cell-")) / Path(path).stem
+    package = Path(folder) / Path(path).stem
     package.mkdir()
     shutil.copyfile(path, package / "__init__.py")
     return str(package)
@@ -120,9 +120,15 @@ def submit(
     client = job_client(address)
     command = entrypoint(space, name, uri, storage_path, {"preset": preset, **options}, overrides)
     env = runtime_env()
-    if loaded.cell_modules:  # cells of one's own reach the job's driver and its workers
-        env["py_modules"] = [shippable(path) for path in loaded.cell_modules]
-        env.setdefault("env_vars", {})[CELLS_SHIPPED_ENV] = "1"  # its driver ships none again
+    with tempfile.TemporaryDirectory(prefix="rhnsearch-cells-") as folder:  # uploaded by then
+        if loaded.cell_modules:  # cells of one's own reach the job's driver and its workers
+            env["py_modules"] = [shippable(path, folder) for path in loaded.cell_modules]
+            env.setdefault("env_vars", {})[CELLS_SHIPPED_ENV] = "1"  # its driver ships none again
+        return submit_job(client, address, command, env, name)
+
+
+def submit_job(client, address: str, command: str, env: dict, name: str) -> str:
+    """Send the job, waiting up to 90 s for a cluster that has just started; its id."""
     deadline = time.monotonic() + 90
     while True:
         try:
