@@ -14,7 +14,10 @@ torch.compile'd cell / fused: whether a compiled loop would beat the hand-writte
 The shapes: the two reference shapes (a JSB-like and a PTB-like layer) and the papers' PTB
 shapes (width 830 at depth 10, RHN paper; at depth 40, HSG paper).
 
-    python benchmarks/layer_speed.py [--data-dir DIR] [--rounds 15] [--compile]
+    python benchmarks/layer_speed.py [--data-dir DIR] [--rounds 15] [--compile] [--device cuda]
+
+With --device cuda everything runs on the GPU (nn.LSTM through cuDNN) and the clock waits for
+the GPU's queue before each reading.
 
 On a machine shared with other jobs, `--threads 1 --clock thread` times the main thread's CPU
 time instead of the wall clock: much less sensitive to the other jobs (one thread only).
@@ -50,9 +53,9 @@ def lstm_hidden(params: int, input_size: int) -> int:
     return n
 
 
-def make_cell(arch: str, shape: dict) -> torch.nn.Module:
+def make_cell(arch: str, shape: dict, device: torch.device) -> torch.nn.Module:
     """The arch's cell, initialised as build_model does (uniform 0.04, gate biases -2 / -2.5)."""
-    cell = CELLS[arch](shape["F"], shape["width"], shape["depth"])
+    cell = CELLS[arch](shape["F"], shape["width"], shape["depth"]).to(device)
     with torch.no_grad():
         for p in cell.parameters():
             p.uniform_(-0.04, 0.04)
@@ -64,15 +67,16 @@ def make_cell(arch: str, shape: dict) -> torch.nn.Module:
     return cell
 
 
-def rhn_products(shape: dict):
+def rhn_products(shape: dict, device: torch.device):
     """Forward + backward of the matrix products alone of a fused RHN layer, as its loop
     issues them (the input projection, per step one per highway layer each way, the weight
     gradients): a floor under the fused RHN's time that no loop rewrite goes below."""
     T, B, F, n, L = (shape[k] for k in ("T", "B", "F", "width", "depth"))
-    weights = [torch.randn(2 * n, n) * 0.04 for _ in range(L)]
-    w_in, x = torch.randn(2 * n, F) * 0.04, torch.randn(T * B, F)
-    s, g = torch.randn(B, n), torch.randn(B, 2 * n)
-    states, grads = torch.randn(T * B, n), torch.randn(T * B, 2 * n)
+    weights = [torch.randn(2 * n, n, device=device) * 0.04 for _ in range(L)]
+    w_in, x = torch.randn(2 * n, F, device=device) * 0.04, torch.randn(T * B, F, device=device)
+    s, g = torch.randn(B, n, device=device), torch.randn(B, 2 * n, device=device)
+    states = torch.randn(T * B, n, device=device)
+    grads = torch.randn(T * B, 2 * n, device=device)
 
     def run():
         kernels.linear(x, w_in)
@@ -91,20 +95,22 @@ def rhn_products(shape: dict):
     return run
 
 
-def time_layers(shape: dict, arch: str, rounds: int, clock, compiled: bool = False) -> dict:
+def time_layers(
+    shape: dict, arch: str, rounds: int, clock, device: torch.device, compiled: bool = False
+) -> dict:
     """Median seconds of forward + backward for the reference and fused backends and an
     nn.LSTM of as many parameters, interleaved (for the RHN also its products alone; with
     `compiled` also the reference backend over the torch.compile'd cell)."""
-    cell = make_cell(arch, shape)
+    cell = make_cell(arch, shape, device)
     hidden = lstm_hidden(layer_params(arch, shape["depth"], shape["width"], shape["F"]), shape["F"])
     layers = {
         "naive": Recurrent(cell, backend="reference"),
         "ours": Recurrent(cell, backend="fused"),
-        "lstm": torch.nn.LSTM(shape["F"], hidden),
+        "lstm": torch.nn.LSTM(shape["F"], hidden).to(device),
     }
     if compiled:  # compiled on the warm-up call below
         layers["compiled"] = Recurrent(torch.compile(cell, dynamic=False), backend="reference")
-    x = torch.randn(shape["T"], shape["B"], shape["F"], requires_grad=True)
+    x = torch.randn(shape["T"], shape["B"], shape["F"], device=device, requires_grad=True)
 
     def run(layer):
         out = layer(x)[0]
@@ -112,7 +118,7 @@ def time_layers(shape: dict, arch: str, rounds: int, clock, compiled: bool = Fal
 
     runs = {name: (lambda layer=layer: run(layer)) for name, layer in layers.items()}
     if arch == "rhn":
-        runs["products"] = rhn_products(shape)
+        runs["products"] = rhn_products(shape, device)
     times = {name: [] for name in runs}
     for go in runs.values():  # warm-up
         go()
@@ -126,7 +132,7 @@ def time_layers(shape: dict, arch: str, rounds: int, clock, compiled: bool = Fal
     return medians
 
 
-def epoch_speed(data_dir: str | None) -> dict:
+def epoch_speed(data_dir: str | None, device: torch.device) -> dict:
     """Training tokens per second of one full epoch, after one warm-up epoch (JSB: one token =
     one chorale time step)."""
     runs = {
@@ -140,6 +146,7 @@ def epoch_speed(data_dir: str | None) -> dict:
             config = dict(
                 options,
                 arch=arch,
+                device=device.type,
                 epochs=1,
                 lr=0.1,
                 drop_i=0.25,
@@ -161,6 +168,12 @@ def epoch_speed(data_dir: str | None) -> dict:
     return speeds
 
 
+def gpu_clock() -> float:
+    """The wall clock once the GPU's queue is empty: what was issued before it is timed."""
+    torch.cuda.synchronize()
+    return time.perf_counter()
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", help="default: $RHNSEARCH_DATA_DIR or the user cache")
@@ -177,6 +190,7 @@ def main(argv=None):
         default="0,1,2,3",
         help="which shapes, by index (default all: 0,1 reference, 2,3 paper)",
     )
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--no-epochs", action="store_true", help="skip the epoch timings")
     parser.add_argument(
         "--compile",
@@ -187,12 +201,21 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.clock == "thread" and args.threads != 1:
         parser.error("--clock thread counts one thread only: use it with --threads 1")
-    clock = time.thread_time if args.clock == "thread" else time.perf_counter
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA device here")
+    if args.device == "cuda" and args.clock == "thread":
+        parser.error("--clock thread counts the CPU's time: use the wall clock with --device cuda")
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        clock = gpu_clock
+    else:
+        clock = time.thread_time if args.clock == "thread" else time.perf_counter
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    where = torch.cuda.get_device_name() if device.type == "cuda" else "CPU"
     print(
-        f"torch {torch.__version__}, {args.threads} threads, {args.clock} clock, "
-        f"oneDNN products: {kernels.ONEDNN}"
+        f"torch {torch.__version__} on {where}, {args.threads} threads, {args.clock} clock, "
+        f"oneDNN products: {kernels.ONEDNN and device.type == 'cpu'}"
     )
     print(
         f"{'shape (T,B,F,n,L)':<22}{'arch':<8}{'lstm n':>7}{'naive ms':>10}{'ours ms':>9}"
@@ -202,6 +225,7 @@ def main(argv=None):
     shapes = [SHAPES[int(i)] for i in args.shapes.split(",")]
     result = {
         "shapes": [{k: s[k] for k in ("T", "B", "F", "width", "depth")} for s in shapes],
+        "device": where,
         "threads": args.threads,
         "clock": args.clock,
     }
@@ -218,7 +242,7 @@ def main(argv=None):
                     result.setdefault(key, []).append(None)
                 continue
             rounds = max(3, round(args.rounds * shape["rounds"]))
-            m = time_layers(shape, arch, rounds, clock, args.compile)
+            m = time_layers(shape, arch, rounds, clock, device, args.compile)
             over_lstm, naive_over = m["ours"] / m["lstm"], m["naive"] / m["ours"]
             result.setdefault(f"{arch}_over_lstm", []).append(round(over_lstm, 3))
             result.setdefault(f"naive_over_{arch}", []).append(round(naive_over, 3))
@@ -242,7 +266,7 @@ def main(argv=None):
                 row += f"{compiled_over:>15.2f}"
             print(row, flush=True)
     if not args.no_epochs:
-        speeds = epoch_speed(args.data_dir)
+        speeds = epoch_speed(args.data_dir, device)
         for name, speed in speeds.items():
             print(f"training epoch {name}: {speed:,.0f} tokens/s")
         result["tokens_per_sec"] = {k: round(v, 1) for k, v in speeds.items()}

@@ -5,6 +5,7 @@ fused loop computes tanh as 2 σ(2a) - 1 and uses oneDNN's products), through on
 and through the public torch ops it falls back to. Timing lives in benchmarks/layer_speed.py.
 """
 
+import importlib.metadata
 import os
 import subprocess
 import sys
@@ -148,6 +149,8 @@ def test_hsg_with_closed_gate_equals_its_rhn():
 def test_buffers_are_reused_only_once_their_graph_is_gone(arch):
     """Two graphs alive at once, and a graph re-run with retain_graph after other forward
     and backward passes, all get their own buffers and the right gradients."""
+    if not kernels.REUSE:
+        pytest.skip("this torch is not one the reuse of buffers was tested on")
     _, layer = layers(arch, 2, 0.0)
     weight = next(layer.parameters())
     x1, x2 = torch.randn(5, 3, 7), torch.randn(5, 3, 7)
@@ -197,7 +200,8 @@ def test_a_torch_outside_the_tested_range_gets_the_public_ops(monkeypatch, caplo
     assert not torch_compat.onednn_works() and not torch_compat.views_known()
     lines = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(lines) == 2 and all("\n" not in line for line in lines)
-    assert f"torch {torch.__version__} is installed" in lines[0] and "torch<1" in lines[0]
+    installed = importlib.metadata.version("torch")  # without a build's local tag (+cu130)
+    assert f"torch {installed} is installed" in lines[0] and "torch<1" in lines[0]
     assert "public torch ops" in lines[0]
 
 

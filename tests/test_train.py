@@ -231,6 +231,7 @@ def test_final_word_numbers_read_the_whole_text_as_one_stream():
     trainer.model.eval()
 
     def by_hand(ids):
+        ids = ids.to(trainer.device)
         with torch.no_grad():
             logits, _ = trainer.model(ids[:-1].unsqueeze(1))  # one stream, zero state
         return F.cross_entropy(logits[:, 0], ids[1:]).item()
