@@ -177,7 +177,9 @@ def test_a_sweep_requeued_then_timed_out_twice_goes_on_to_its_end(slurm, tmp_pat
     warning signal stops the sweep (Tune's state saved, trials stopped) and the job requeues
     itself, again and again. The sweep finishes on the same parent run, every trial's history
     complete and without duplicates; a trial that had a checkpoint went on from it."""
-    epochs = 200  # 400 trial-epochs, about 70 s: longer than a run of the job
+    # A run of the job trains for about 45 s before its warning signal: some 170 trial-epochs
+    # here. 240 outlast one run and end in the next: three runs in all.
+    epochs = 120
     job_id = submit(
         slurm,
         tmp_path,
@@ -247,6 +249,6 @@ def test_a_sweep_requeued_then_timed_out_twice_goes_on_to_its_end(slurm, tmp_pat
         if len({r["pid"] for r in rows}) > 1:  # it ran in more than one of the job's runs
             assert_went_on_from_a_checkpoint(rows, epochs)
             restored += 1
-    # 400 trial-epochs outlast a run of the job: some trial went on from its checkpoint
+    # 240 trial-epochs outlast a run of the job: some trial went on from its checkpoint
     assert restored >= 1, output[-4000:]
     print("\n".join(f"{t - timeline[0][1]:6.1f} s  {what}" for what, t in timeline))
