@@ -681,12 +681,12 @@ def run_fields(client: MlflowClient, run) -> tuple:
 @pytest.mark.slow
 @pytest.mark.cluster
 def test_extend_a_finished_sweep_with_settings_then_seeds(tmp_path, data_dir):
-    """`sweep extend NAME --samples 4` on the JSB smoke sweep (2 settings a cell): two new
-    settings in every cell, those the random stream draws next (no setting twice), the first
-    24 runs as they were, the rungs of early stopping kept, one parent run, and the study's
-    finding and report made again over the 48 trials. `--seeds 3` on a sweep of one setting a
-    cell runs each setting with the next seeds. Asking for less, or for seeds of a sweep that
-    samples its seed, is one line before Ray starts."""
+    """`sweep extend NAME --samples 4` on the JSB smoke sweep at two archs and two depths (2
+    settings a cell): two new settings in every cell, those the random stream draws next (no
+    setting twice), the first 8 runs as they were, the rungs of early stopping kept, one
+    parent run, and the study's finding and report made again over the 16 trials. `--seeds 3`
+    on a sweep of one setting a cell runs each setting with the next seeds. Asking for less,
+    or for seeds of a sweep that samples its seed, is one line before Ray starts."""
     from rhnsearch import load_trials
     from rhnsearch.results.export import markdown
     from rhnsearch.results.studies import KINDS
@@ -695,7 +695,8 @@ def test_extend_a_finished_sweep_with_settings_then_seeds(tmp_path, data_dir):
 
     uri = f"sqlite:///{tmp_path / 'results/mlflow.db'}"
     run = ("sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir", data_dir, "--json")
-    assert json_summary(rhnsearch_cli(*run, "--name", "ext", cwd=tmp_path))["trials"] == 24
+    cells = ("--set", "archs=[rhn,dtrnn]", "--set", "depths=[1,2]")
+    assert json_summary(rhnsearch_cli(*run, *cells, "--name", "ext", cwd=tmp_path))["trials"] == 8
     for args, says in (
         (["--samples", "2"], "extend it to more, e.g. --samples 4"),
         (["--seeds", "2"], "it samples each setting's seed (params.seed)"),
@@ -726,19 +727,19 @@ def test_extend_a_finished_sweep_with_settings_then_seeds(tmp_path, data_dir):
     summary = json_summary(
         rhnsearch_cli("sweep", "extend", "ext", "--samples", "4", "--json", cwd=tmp_path)
     )
-    assert summary["complete"] and summary["trials"] == 48
+    assert summary["complete"] and summary["trials"] == 16
     runs = jsb_runs(client, exp)
-    check_child_runs(client, runs, 48)
+    check_child_runs(client, runs, 16)
     assert {r.info.run_id: run_fields(client, r) for r in runs if r.info.run_id in first} == first
     new = [r for r in runs if r.info.run_id not in first]
     state = json.loads((tmp_path / "results/sweeps/ext/rhnsearch_sweep.json").read_text())
     space = Space.model_validate(state["space"])
     drawn = CellSearcher(space, state["cells"], {}, round_slots(4, 1, done=(2, 1)))
-    expected = [drawn.suggest(str(i)) for i in range(24)]
+    expected = [drawn.suggest(str(i)) for i in range(8)]
     assert sorted((r.data.params["cell"], float(r.data.params["lr"])) for r in new) == sorted(
         (c["cell"], c["lr"]) for c in expected
     )
-    assert len({r.data.params["lr"] for r in runs}) == 48
+    assert len({r.data.params["lr"] for r in runs}) == 16
     after = json.loads(state_file.read_text())["rungs"]
     for cell, milestones in rungs.items():
         for milestone, recorded in milestones.items():
@@ -749,13 +750,13 @@ def test_extend_a_finished_sweep_with_settings_then_seeds(tmp_path, data_dir):
 
     assert recorded(after) > recorded(rungs)
     (parent,) = client.search_runs([exp.experiment_id], "tags.kind = 'sweep'")
-    assert parent.info.status == "FINISHED" and parent.data.metrics["trials"] == 48
+    assert parent.info.status == "FINISHED" and parent.data.metrics["trials"] == 16
     trials = load_trials("jsb_optimization", tracking_uri=uri, sweep="ext")
-    assert len(trials) == 48
+    assert len(trials) == 16
     measured = markdown(KINDS["optimization"].measured(trials))
     assert measured != finding
     report = client.download_artifacts(parent.info.run_id, "report/report.html", str(tmp_path))
-    assert "48 trials" in Path(report).read_text()
+    assert "16 trials" in Path(report).read_text()
 
     proc = rhnsearch_cli(
         *run,
