@@ -33,10 +33,11 @@ from rhnsearch.tracking.store import trials as sweep_trials
 
 
 class Trial:
-    """What the scheduler reads of a Tune trial."""
+    """What the scheduler reads of a Tune trial: its id, and its config (its cell and its
+    setting, the run's params: a setting's seeds share its fate)."""
 
-    def __init__(self, trial_id: str, cell: str):
-        self.trial_id, self.config = trial_id, {"cell": cell}
+    def __init__(self, trial_id: str, config: dict):
+        self.trial_id, self.config = trial_id, config
 
 
 def replay(
@@ -49,7 +50,9 @@ def replay(
     def start(now: float):
         if queue:
             run = queue.popleft()
-            trial = Trial(run["trial_id"], f"{run['params.arch']} d{run['params.depth']}")
+            params = {k[7:]: v for k, v in run.items() if k.startswith("params.")}
+            cell = f"{run['params.arch']} d{run['params.depth']}"
+            trial = Trial(run["trial_id"], {**params, "cell": cell})
             heapq.heappush(clock, (now + curves[run["run_id"]][0][0], next(order), run, trial, 1))
 
     for _ in range(concurrent):

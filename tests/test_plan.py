@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from rhnsearch.search import plan as plan_module
 from rhnsearch.search.plan import CellPlan, expected_epochs, kept_fractions, wall_seconds
 from rhnsearch.search.space import load_space
 
@@ -112,3 +113,21 @@ def test_plan_on_gpus_for_a_space_of_cpu_trials_is_one_line(tmp_path, data_dir):
     )
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
     assert "resources.gpu is 0" in proc.stderr
+
+
+def test_a_settings_seeds_share_its_expected_epochs(monkeypatch):
+    """ASHA compares settings, each run with all its seeds: with 3 seeds a cell runs 3 times
+    the trial-epochs of 1 seed (its 2 settings compared, not 6 trials)."""
+    monkeypatch.setattr(plan_module, "epoch_seconds", lambda config, data: 1.0)
+    params = "params={lr: {loguniform: [0.05, 0.5]}}"
+
+    def cells(seeds: int) -> list:
+        space = load_space(JSB_SPACE, preset="smoke", overrides=[params, f"seeds={seeds}"])
+        return plan_module.plan(space, None)
+
+    for one, three in zip(cells(1), cells(3)):
+        assert three.trials == 3 * one.trials == 6
+        assert three.expected_epochs == pytest.approx(3 * one.expected_epochs)
+        assert one.expected_epochs == expected_epochs(
+            load_space(JSB_SPACE, preset="smoke"), "cell_asha", 2
+        )

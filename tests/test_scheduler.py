@@ -5,6 +5,7 @@ a real `Tuner.restore`) on a local Ray with a synthetic learning curve per cell.
 import json
 import os
 import pickle
+import shutil
 import time
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from ray.tune.schedulers import FIFOScheduler
 
 from rhnsearch.cluster import storage
 from rhnsearch.compat import ray as ray_compat
-from rhnsearch.search.scheduler import CellASHAScheduler
+from rhnsearch.search.scheduler import CellASHAScheduler, setting_key
 from rhnsearch.search.space import load_space
 from rhnsearch.sweep.layout import SCHEDULER_STATE_FILE
 from rhnsearch.sweep.lifecycle import build_scheduler
@@ -26,9 +27,20 @@ from conftest import ROOT
 GO, STOP = CellASHAScheduler.CONTINUE, CellASHAScheduler.STOP
 
 
-def trial(trial_id: str, arch: str = "rhn", depth: int = 1, tied: bool = False) -> Trial:
+def trial(
+    trial_id: str,
+    arch: str = "rhn",
+    depth: int = 1,
+    tied: bool = False,
+    *,
+    setting: str | None = None,
+    seed: int = 0,
+) -> Trial:
+    """A trial of SETTING (a stand-in for its sampled hyperparameters; None: a setting of its
+    own, as every trial of a sweep of one seed a setting) run with SEED."""
     cell = {"arch": arch, "depth": depth, "tied": tied, "width": 8, "params": 1000}
-    return Trial("run_trial", config={"cell": cell}, trial_id=trial_id, stub=True)
+    config = {"cell": cell, "setting": setting or trial_id, "seed": seed}
+    return Trial("run_trial", config=config, trial_id=trial_id, stub=True)
 
 
 def scheduler(state_file=None, mode="min", **kwargs) -> CellASHAScheduler:
@@ -132,6 +144,57 @@ def test_diverged_results_are_not_recorded_in_the_rungs(tmp_path):
     assert report(s, trial("nan"), 3, float("nan")) == GO
 
 
+def test_replicates_of_a_setting_share_its_fate_and_never_compete(tmp_path):
+    """Seeds 3: the replicates of settings A and B, and C (one seed), reach epoch 1 in turn.
+    A setting's first replicate at a rung is judged on the other settings recorded there, and
+    each later replicate gets its setting's decision whatever its loss: A goes on at epoch 1
+    (a1 at 5.0 and a2 at 9.0 too), B stops (b1 at 0.5 and b2 at 0.1 too), and at epoch 3 A
+    stops, all its replicates. a3 diverged before a0 arrived, and decided nothing. As
+    settings of their own (a sweep of one seed a setting), a1 and a2 would stop at epoch 1
+    for a0's loss, and b0, b1 and b2 would go on."""
+    state_file = tmp_path / "state.json"
+    a = [trial(f"a{seed}", setting="A", seed=seed) for seed in range(4)]
+    b = [trial(f"b{seed}", setting="B", seed=seed) for seed in range(3)]
+    c = trial("c0", setting="C")
+    epoch_1 = [(a[3], float("nan")), (a[0], 1.0), (a[1], 5.0), (b[0], 2.0), (b[1], 0.5)]
+    epoch_1 += [(a[2], 9.0), (c, 0.9), (b[2], 0.1)]  # c: [1, 2]: 1.333
+    s = scheduler(str(state_file))
+    assert [report(s, t, 1, loss) for t, loss in epoch_1] == [GO, GO, GO, STOP, STOP, GO, GO, STOP]
+    assert [report(s, t, 2, 0.5) for t in (*a[:3], *b, c)] == [GO] * 3 + [STOP] * 3 + [GO]
+    assert [report(s, t, 3, loss) for t, loss in ((c, 0.3), (a[1], 0.4), (a[0], 0.1))] == [
+        GO,
+        STOP,
+        STOP,
+    ]
+    assert report(s, a[2], 3, 0.2) == STOP
+    assert [report(s, c, epoch, 0.3) for epoch in range(4, 10)] == [GO] * 5 + [STOP]
+    state = json.loads(saved(state_file))
+    assert state["rungs"] == {
+        "rhn depth 1": {"1": {"a0": 1.0, "b0": 2.0, "c0": 0.9}, "3": {"c0": 0.3, "a1": 0.4}}
+    }
+    assert state["settings"] == {
+        setting_key(a[0].config): {"1": GO, "3": STOP},
+        setting_key(b[0].config): {"1": STOP},
+        setting_key(c.config): {"1": GO, "3": GO},
+    }
+    assert state["stopped"] == {"b0": 1, "b1": 1, "b2": 1, "a1": 3, "a0": 3, "a2": 3}
+    assert len({setting_key(t.config) for t in a}) == 1
+    assert setting_key(a[0].config).startswith("rhn depth 1 ")
+
+    own = scheduler()  # each trial a setting of its own
+    reports = [(trial(t.trial_id, seed=t.config["seed"]), loss) for t, loss in epoch_1]
+    assert [report(own, t, 1, loss) for t, loss in reports] == [
+        GO,
+        GO,
+        STOP,  # [1]: 1
+        GO,  # [1, 5]: 2.333
+        GO,  # [1, 2, 5]: 1.667
+        STOP,  # [0.5, 1, 2, 5]: 1
+        GO,  # [0.5, 1, 2, 5, 9]: 1.333
+        GO,  # [0.5, 0.9, 1, 2, 5, 9]: 0.933
+    ]
+
+
 def saved(state_file: Path) -> str:
     """The scheduler's state file once the storage's thread has written what was queued."""
     storage.LATER.wait()
@@ -175,6 +238,54 @@ def test_restored_scheduler_reads_the_state_file_and_keeps_every_decision(tmp_pa
     assert report(restored, trial("t4"), 1, 0.9) == STOP  # [0.5, 1, 2]: 0.8333
     assert json.loads(saved(state_file))["stopped"] == {"t2": 1, "t3": 3, "t4": 1}
     assert report(scheduler(), trial("t4"), 1, 0.9) == GO  # empty rungs (Ray's restore)
+
+
+def test_restored_scheduler_keeps_each_settings_decisions(tmp_path):
+    """A scheduler restored as `Tuner.restore` restores it gives a replicate its setting's
+    decision made before the driver was restarted, unrecorded: b1 stops for b0 at 0.1, a1
+    goes on with a0 at 9.0."""
+    state_file = tmp_path / "state.json"
+    first = scheduler(str(state_file))
+    pickled = pickle.dumps(first)
+    a0, a1 = trial("a0", setting="A"), trial("a1", setting="A", seed=1)
+    b0, b1 = trial("b0", setting="B"), trial("b1", setting="B", seed=1)
+    assert [report(first, a0, 1, 1.0), report(first, b0, 1, 2.0)] == [GO, STOP]
+    written = json.loads(saved(state_file))
+    restored = pickle.loads(pickled)
+    assert [report(restored, b1, 1, 0.1), report(restored, a1, 1, 9.0)] == [STOP, GO]
+    assert json.loads(saved(state_file)) == {**written, "stopped": {"b0": 1, "b1": 1}}
+
+
+def test_a_state_file_written_before_settings_were_kept_still_reads(tmp_path):
+    """tests/data/scheduler_state_76f1c81.json, written by the scheduler of 76f1c81 (rungs and
+    stops, no settings; its seeds competed) on these trials: at epoch 1 a0 1.0 went on, a1
+    (A's seed 1) 1.5 and b0 2.0 stopped, c0 0.8 went on; at epoch 3 a0 0.5 went on. Read by
+    today's scheduler, its trials keep their decisions whatever they report; a new replicate
+    of A is judged on the rung as it is, then decides for A's later ones; c0 is judged at
+    epoch 3; the file keeps its keys and gains the settings."""
+    state_file = tmp_path / "sweep" / "state.json"
+    state_file.parent.mkdir()
+    shutil.copy(ROOT / "tests" / "data" / "scheduler_state_76f1c81.json", state_file)
+    old = json.loads(state_file.read_text())
+    a0, a1, a2, a3 = (trial(f"a{seed}", setting="A", seed=seed) for seed in range(4))
+    b0, c0 = trial("b0", setting="B"), trial("c0", setting="C")
+    s = scheduler(f"file://{state_file}")
+    assert [report(s, a1, 1, 0.1), report(s, b0, 2, 0.1)] == [STOP, STOP]
+    assert [report(s, a0, epoch, 9.0) for epoch in (1, 2, 3, 4)] == [GO] * 4
+    assert report(s, a2, 1, 0.9) == GO  # [0.8, 1, 1.5, 2]: 1
+    assert report(s, a3, 1, 5.0) == GO  # A went on at epoch 1
+    assert report(s, c0, 3, 0.6) == STOP  # [0.5]
+    assert json.loads(saved(state_file)) == {
+        **old,
+        "rungs": {
+            "rhn depth 1": {
+                "1": {**old["rungs"]["rhn depth 1"]["1"], "a2": 0.9},
+                "3": {"a0": 0.5, "c0": 0.6},
+            }
+        },
+        "settings": {setting_key(a2.config): {"1": GO}, setting_key(c0.config): {"3": STOP}},
+        "stopped": {"a1": 1, "b0": 1, "c0": 3},
+    }
 
 
 def test_build_scheduler_follows_the_space(tmp_path):

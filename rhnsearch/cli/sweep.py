@@ -109,7 +109,7 @@ def add_run_overrides(p):
         metavar="N",
         help="run each setting N times, with seeds fixed.seed to fixed.seed+N-1 "
         "(--set seeds=N): a study of one setting per cell then gets an interval "
-        "per cell",
+        "per cell; ASHA judges the setting, so its N runs go on or stop together",
     )
     p.add_argument(
         "--register-model",

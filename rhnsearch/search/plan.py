@@ -150,8 +150,9 @@ def plan(space: Space, data, scheduler: str | None = None, on_progress=None) -> 
     scheduler = scheduler or space.scheduler.name
     per_cell = space.samples * space.seeds
     cells = space.cells_for(data)
-    compared = per_cell * (1 if scheduler == "cell_asha" else len(cells))
-    share = expected_epochs(space, scheduler, compared) / compared  # epochs a trial, expected
+    # ASHA compares settings, and a setting's seeds share its fate: epochs a trial, expected
+    compared = space.samples * (1 if scheduler == "cell_asha" else len(cells))
+    share = expected_epochs(space, scheduler, compared) / compared
     constants = {
         **space.fixed,
         **{k: typical(d) for k, d in space.params.items()},

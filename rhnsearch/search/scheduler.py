@@ -1,7 +1,8 @@
 """Asynchronous successive halving (ASHA) with one set of rungs per (arch, depth, tied) cell,
-its rungs and decisions kept in a JSON file so that a resumed sweep decides as the
-interrupted one did."""
+judging settings (a setting's seeds share its fate), its rungs and decisions kept in a JSON
+file so that a resumed sweep decides as the interrupted one did."""
 
+import hashlib
 import itertools
 import json
 import logging
@@ -27,21 +28,40 @@ def cell_key(config: dict) -> str:
     return f"{cell['arch']} depth {cell['depth']}" + (" tied" if cell.get("tied") else "")
 
 
+NOT_THE_SETTING = ("seed", "data_dir", "threads")  # a replicate's, or where it runs
+
+
+def setting_key(config: dict) -> str:
+    """The setting of a trial's config, the same for each of its seeds (and wherever its data
+    and threads are): its cell and a digest of the rest ('rhn d4 w96 1f0c...')."""
+    rest = {k: v for k, v in config.items() if k not in NOT_THE_SETTING}
+    rest = json.dumps(rest, sort_keys=True)
+    return f"{cell_key(config)} {hashlib.sha256(rest.encode()).hexdigest()[:16]}"
+
+
 class CellASHAScheduler(FIFOScheduler):
-    """ASHA (the rule of Ray's AsyncHyperBandScheduler with one bracket) comparing each trial
-    only with the trials of its own cell (per_cell=True), or with every trial (per_cell=False).
+    """ASHA (the rule of Ray's AsyncHyperBandScheduler with one bracket) comparing each setting
+    only with the settings of its own cell (per_cell=True), or with every setting
+    (per_cell=False).
 
-    Rungs are at grace_period * reduction_factor**k epochs, below max_t. A trial reaching a
-    rung is recorded there, and stopped if its metric is worse than the rung's
-    (1 - 1/reduction_factor) quantile of the values recorded before it; the first trial of a
-    rung, so the only trial of a cell, always goes on. A missing or non-finite metric (a
-    diverged trial, which ends by itself) is neither recorded nor judged. A trial reporting an
-    epoch again (retried or resumed) keeps the decision made when it was recorded.
+    A setting is a trial's config but its seed (`setting_key`): the trials of one setting
+    with `seeds` N are its replicates, and every other trial is a setting of its own. Rungs are
+    at grace_period * reduction_factor**k epochs, below max_t. The first replicate of a setting
+    to reach a rung is recorded there, and its setting stopped if its metric is worse than the
+    rung's (1 - 1/reduction_factor) quantile of the values recorded before it, one for each
+    other setting; the first setting of a rung, so the only setting of a cell, always goes on.
+    Each later replicate reaching the rung gets that decision, unrecorded: replicates are never
+    compared with each other, and they go on or stop together. A missing or non-finite metric
+    (a diverged trial, which ends by itself) is neither recorded nor judged. A trial reporting
+    an epoch again (retried or resumed) keeps the decision made when it got there.
 
-    The rungs and the stops are written to `state_file` (a path or URI; None keeps them in
-    memory) whenever a trial is recorded, by the storage's own thread (Tune's event loop does
+    The rungs (each setting's value, under the trial that was judged), each setting's decisions
+    and the stopped trials are written to `state_file` (a path or URI; None keeps them in
+    memory) whenever a decision is made, by the storage's own thread (Tune's event loop does
     not wait on a bucket), and read from it on first use: Tune never saves a scheduler's state,
-    and `Tuner.restore` gives back this object as pickled at the start.
+    and `Tuner.restore` gives back this object as pickled at the start. A file written before
+    settings were kept (rungs and stops alone) still gives its trials their decisions; its
+    recorded trials' replicates are judged on its rungs as they are.
     """
 
     def __init__(
@@ -69,7 +89,9 @@ class CellASHAScheduler(FIFOScheduler):
         )
         self.state_file, self.time_attr = state_file, time_attr
         self._metric, self._mode = metric, mode
-        self._state = None  # {"rungs": {cell: {milestone: {trial_id: value}}}, "stopped": ...}
+        # {"rungs": {cell: {milestone: {trial_id: value}}}, "settings": {setting: {milestone:
+        # decision}}, "stopped": {trial_id: epoch}}
+        self._state = None
 
     def set_search_properties(self, metric, mode, **spec) -> bool:
         if (self._metric and metric) or (self._mode and mode):
@@ -101,11 +123,17 @@ class CellASHAScheduler(FIFOScheduler):
         if not reached or value is None or not math.isfinite(value):
             return CONTINUE
         cell = state["rungs"].setdefault(cell_key(trial.config) if self.per_cell else ALL, {})
-        rung = cell.setdefault(f"{reached[-1]:g}", {})
+        milestone = f"{reached[-1]:g}"
+        rung = cell.setdefault(milestone, {})
         if trial.trial_id in rung:
             return CONTINUE  # recorded and kept there before
-        decision = self.judge(list(rung.values()), value)
-        rung[trial.trial_id] = value
+        decided = state["settings"].setdefault(setting_key(trial.config), {})
+        decision = decided.get(milestone)
+        if decision is None:  # the setting's first replicate here: judged on the others
+            decision = decided[milestone] = self.judge(list(rung.values()), value)
+            rung[trial.trial_id] = value
+        elif decision == CONTINUE:
+            return CONTINUE  # a replicate of a setting that goes on: nothing to save
         if decision == STOP:
             state["stopped"][trial.trial_id] = t
         self._save()
@@ -123,7 +151,7 @@ class CellASHAScheduler(FIFOScheduler):
         if self._state is None:
             text = storage.read_text(self.state_file) if self.state_file else None
             saved = json.loads(text) if text else {}
-            self._state = {"rungs": saved.get("rungs", {}), "stopped": saved.get("stopped", {})}
+            self._state = {k: saved.get(k, {}) for k in ("rungs", "settings", "stopped")}
             if text:
                 log.info(
                     "scheduler state read from %s: %d trials stopped so far",
