@@ -258,7 +258,8 @@ def test_depth_plot_overlays_the_published_curve_and_names_ptb_sample(ptb_budget
     measured = [t for t in texts if "(measured)" in t]
     assert measured == ["untied, ptb-sample (measured)", "WT, ptb-sample (measured)"]
     assert "untied, PTB (published at a larger weight decay)" in texts
-    assert "WT, PTB (published, weight decay 1e-07)" in texts  # the like-for-like point
+    # the like-for-like point
+    assert "WT, PTB (published; weight decay 1e-07 from the authors' code)" in texts
     assert not any(
         re.search(r"\bPTB\b", t)
         and "published" not in t
@@ -274,7 +275,7 @@ def test_depth_plot_overlays_the_published_curve_and_names_ptb_sample(ptb_budget
     lines = {line.get_label(): line for line in valid_ax.get_lines()}
     published_wt = lines["WT, PTB (published at a larger weight decay)"]
     assert list(published_wt.get_ydata()) == list(published.PTB_BUDGET["valid_wt"])
-    star = lines["WT, PTB (published, weight decay 1e-07)"]
+    star = lines["WT, PTB (published; weight decay 1e-07 from the authors' code)"]
     assert (list(star.get_xdata()), list(star.get_ydata())) == ([10], [67.9])
     runs = ptb_budget_smoke.child_runs()
     assert {r.data.tags["status"] for r in runs} == {"completed"}  # one trial per cell
@@ -406,7 +407,8 @@ def test_ptb_budget_table_puts_measured_next_to_published(ptb_budget_smoke, tmp_
         "test WT (PTB, paper)",
         "status WT",
     } <= set(table.columns)
-    assert "over 20 streams" in text and "larger weight decay" in text  # smoke: final_streams
+    assert "over 20 streams" in text  # smoke: final_streams
+    assert "a weight decay the paper does not give" in text and "1e-07 in the authors' code" in text
     rows = table.set_index("depth")
     assert list(rows.index) == [str(d) for d in range(1, 11)] and set(table["arch"]) == {"RHN"}
     assert (

@@ -224,9 +224,9 @@ def depth_curves(sweep: pd.Series, trials: pd.DataFrame, groups: Groups) -> Figu
     """Perplexity vs recurrence depth, valid and test side by side (`best_per_cell`), per
     group of GROUPS, measured (solid) and published on PTB (dashed), and the published point
     like the sweep's as a star: the RHN paper's Fig. 5a untied and WT (authors' README, at a
-    larger weight decay than the paper states; the star its depth-10 WT number at the reduced
-    decay), or the HSG paper's Table 1 with and without HSG. Log scale: the presets differ by
-    orders."""
+    weight decay the paper does not give, larger than its reduced one; the star its depth-10 WT
+    number at the reduced decay, whose value, 1e-7, is from the authors' code), or the HSG
+    paper's Table 1 with and without HSG. Log scale: the presets differ by orders."""
     if groups.key != "params.arch":  # one arch's curve per group: the arch swept in depth
         trials = swept_in_depth(trials)
     cells = best_per_cell(trials, groups.key)
@@ -256,7 +256,8 @@ def depth_curves(sweep: pd.Series, trials: pd.DataFrame, groups: Groups) -> Figu
                     "*",
                     color=color,
                     ms=11,
-                    label=f"{label}, PTB (published, weight decay {star['weight_decay']:g})",
+                    label=f"{label}, PTB (published; weight decay {star['weight_decay']:g} "
+                    "from the authors' code)",
                 )
             bad = mine[mine["status"].isin(["diverged", "failed"])]
             ax.scatter(
