@@ -169,7 +169,8 @@ def test_same_space_and_seed_gives_the_same_trials(jsb_smoke, tmp_path, data_dir
             "run_trial",
             trial_id=run.data.tags["trial_id"],
             stub=True,
-            config={"cell": {"arch": p["arch"], "depth": int(p["depth"]), "tied": False}},
+            # its params tell its setting apart (ASHA judges settings)
+            config={**p, "cell": {"arch": p["arch"], "depth": int(p["depth"]), "tied": False}},
         )
         for epoch, loss in enumerate(curve(again, run), 1):
             if (
