@@ -13,10 +13,9 @@ import argparse
 import copy
 import json
 import statistics
-import time
 
 import torch
-from layer_speed import SHAPES, lstm_hidden, make_cell
+from layer_speed import SHAPES, gpu_clock, lstm_hidden, make_cell
 
 from rhnsearch.budget import layer_params
 from rhnsearch.models import Recurrent
@@ -28,16 +27,11 @@ def forward_backward(layer, x):
     return out
 
 
-def timed(go, rounds: int) -> float:
-    """Median ms of `go()` over ROUNDS, the GPU's queue emptied around each."""
-    times = []
-    for _ in range(rounds):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        go()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
+def timed(go) -> float:
+    """Milliseconds of `go()`, the GPU's queue emptied around it (layer_speed's clock)."""
+    start = gpu_clock()
+    go()
+    return 1e3 * (gpu_clock() - start)
 
 
 def compare(shape: dict, arch: str, rounds: int) -> dict:
@@ -59,15 +53,16 @@ def compare(shape: dict, arch: str, rounds: int) -> dict:
             got = forward_backward(graphed, x).detach()
         except RuntimeError as exc:  # a layer whose kernels cannot be captured: say why
             print(f"{arch} {name}: not captured ({str(exc).splitlines()[0][:160]})")
-            result[name] = (timed(lambda layer=layer: forward_backward(layer, x), rounds), None)
+            eager = [timed(lambda layer=layer: forward_backward(layer, x)) for _ in range(rounds)]
+            result[name] = (statistics.median(eager), None)
             continue
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
         for p, g in zip(graphed.parameters(), grads):
             torch.testing.assert_close(p.grad, g, rtol=1e-4, atol=1e-4)
         eager, replay = [], []
         for _ in range(rounds):  # interleaved
-            eager.append(timed(lambda layer=layer: forward_backward(layer, x), 1))
-            replay.append(timed(lambda graphed=graphed: forward_backward(graphed, x), 1))
+            eager.append(timed(lambda layer=layer: forward_backward(layer, x)))
+            replay.append(timed(lambda graphed=graphed: forward_backward(graphed, x)))
         result[name] = (statistics.median(eager), statistics.median(replay))
     return result
 

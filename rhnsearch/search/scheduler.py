@@ -34,8 +34,7 @@ NOT_THE_SETTING = ("seed", "data_dir", "threads")  # a replicate's, or where it 
 def setting_key(config: dict) -> str:
     """The setting of a trial's config, the same for each of its seeds (and wherever its data
     and threads are): its cell and a digest of the rest ('rhn d4 w96 1f0c...')."""
-    rest = {k: v for k, v in config.items() if k not in NOT_THE_SETTING}
-    rest = json.dumps(rest, sort_keys=True)
+    rest = json.dumps({k: v for k, v in config.items() if k not in NOT_THE_SETTING}, sort_keys=True)
     return f"{cell_key(config)} {hashlib.sha256(rest.encode()).hexdigest()[:16]}"
 
 
