@@ -77,6 +77,29 @@ def test_resume_from_checkpoint_equals_uninterrupted_run(jsb, tmp_path):
     assert result["test_loss"] == full_result["test_loss"]
 
 
+def test_a_trial_restored_from_its_last_epoch_still_ends_on_its_final_result(jsb, tmp_path):
+    """The trainable's reports (`epoch_reports`): one per epoch, the last with its end; a
+    trainer restored from the checkpoint of its last epoch (a resume can restore that one in
+    place of an earlier: sweep/checkpoints.py) reports that epoch again with its end, rather
+    than nothing, which left the trial's run tagged stopped at the epoch before (seen in CI)."""
+    from rhnsearch.sweep.trainable import epoch_reports
+
+    cfg = small(epochs=2)
+    trainer = Trainer(cfg, jsb)
+    reports = list(epoch_reports(trainer))
+    assert [(r["epoch"], r["status"]) for r in reports] == [(1, "running"), (2, "completed")]
+    assert "test_loss" not in reports[0] and math.isfinite(reports[-1]["test_loss"])
+    trainer.save(tmp_path)
+    restored = Trainer(cfg, jsb).load(tmp_path)
+    (again,) = epoch_reports(restored)
+    assert again == reports[-1]  # the same epoch, status and test numbers
+    half = Trainer(cfg, jsb)
+    next(epoch_reports(half))
+    half.save(tmp_path)
+    resumed = [r["epoch"] for r in epoch_reports(Trainer(cfg, jsb).load(tmp_path))]
+    assert resumed == [2]
+
+
 def test_divergence_is_a_result_not_an_exception(jsb):
     seen = []
     trainer = Trainer(

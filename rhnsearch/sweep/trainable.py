@@ -35,6 +35,32 @@ def assigned_gpus() -> list:
     return gpus
 
 
+def epoch_reports(trainer: Trainer):
+    """The metrics of each epoch TRAINER has left to train, the last with the status the
+    trial ended with (completed or diverged), its best epoch and its test numbers. A trainer
+    restored from the checkpoint of its last epoch has none left: that epoch is given again,
+    so that the trial still ends on its final result (a resume may restore such a checkpoint
+    in place of an earlier one: sweep/checkpoints.py)."""
+
+    def done() -> bool:
+        return trainer.status != "running" or trainer.epoch >= trainer.config.epochs
+
+    def ended(metrics: dict) -> dict:
+        final = trainer.finish()
+        return {
+            **metrics,
+            **{k: v for k, v in final.items() if k.startswith(("test_", "full_"))},
+            "status": final["status"],
+            "best_epoch": final["best_epoch"],
+        }
+
+    if done() and trainer.history:
+        yield ended(dict(trainer.history[-1]))
+    while not done():
+        metrics = trainer.run_epoch()
+        yield ended(metrics) if done() else metrics
+
+
 def run_trial(config: dict, cells: dict):
     """Train the trial of a Tune CONFIG (`TrialSpec.from_tune`), `tune.report` per epoch;
     resumes from Tune's checkpoint. (CELLS: label -> cell, passed by `tune.with_parameters`.)
@@ -69,15 +95,7 @@ def run_trial(config: dict, cells: dict):
         "node_id": ray.get_runtime_context().get_node_id(),
         "torch_version": str(torch.__version__),
     }
-    while trainer.epoch < cfg.epochs and trainer.status == "running":
-        metrics = trainer.run_epoch()
-        if trainer.status != "running" or trainer.epoch >= cfg.epochs:
-            final = trainer.finish()
-            metrics.update(
-                {k: v for k, v in final.items() if k.startswith(("test_", "full_"))},
-                status=final["status"],
-                best_epoch=final["best_epoch"],
-            )
+    for metrics in epoch_reports(trainer):
         seconds = before + time.monotonic() - started
         spent = {
             "held_seconds": seconds,
