@@ -295,13 +295,16 @@ class Trainer:
         weights (the epoch chosen on batched validation). Where the task evaluates its final
         numbers on the whole text as one stream (words, as the RHN authors reported theirs),
         the test loss is so computed, and the valid loss too (`full_valid_loss`), unless the
-        config's final_streams asks for more streams."""
+        config's final_streams asks for more streams. `best_train_loss`: the training
+        objective those weights reached, on the whole training set without dropout (in
+        batches, as trained), what an optimization study asks about."""
         if self.status == "running":
             self.status = "completed"
-        final = {"test_loss": math.nan}
+        final = {"test_loss": math.nan, "best_train_loss": math.nan}
         if self.best_state is not None:
             current = copy.deepcopy(self.model.state_dict())
             self.model.load_state_dict(self.best_state)
+            final["best_train_loss"] = self.evaluate("train")
             streams = self.task.final_batch_size and (
                 self.config.final_streams or self.task.final_batch_size
             )

@@ -33,7 +33,8 @@ def losses(history):
 
 def test_jsb_loss_falls_and_metrics_reach_the_callback(jsb):
     seen = []
-    result = Trainer(small(epochs=3), jsb).fit(seen.append)
+    trainer = Trainer(small(epochs=3, drop_i=0.2), jsb)
+    result = trainer.fit(seen.append)
     assert [m["epoch"] for m in seen] == [1, 2, 3]
     assert [m["status"] for m in seen] == ["running", "running", "completed"]
     for key in ["train_loss", "valid_loss", "epoch_seconds", "steps_per_sec", "grad_norm", "lr"]:
@@ -41,6 +42,8 @@ def test_jsb_loss_falls_and_metrics_reach_the_callback(jsb):
     assert seen[-1]["valid_loss"] < seen[0]["valid_loss"] < 88 * math.log(2)
     assert result["status"] == "completed" and math.isfinite(result["test_loss"])
     assert result["best_valid_loss"] == min(m["valid_loss"] for m in seen)
+    trainer.model.load_state_dict(trainer.best_state)  # the training objective it reached:
+    assert result["best_train_loss"] == trainer.evaluate("train")  # whole set, no dropout
 
 
 @pytest.mark.slow  # 30 epochs of a width-128 RHN

@@ -37,7 +37,8 @@ def assigned_gpus() -> list:
 
 def epoch_reports(trainer: Trainer):
     """The metrics of each epoch TRAINER has left to train, the last with the status the
-    trial ended with (completed or diverged), its best epoch and its test numbers. A trainer
+    trial ended with (completed or diverged), its best epoch, its test numbers and its
+    training loss there (`Trainer.finish`). A trainer
     restored from the checkpoint of its last epoch has none left: that epoch is given again,
     so that the trial still ends on its final result (a resume may restore such a checkpoint
     in place of an earlier one: sweep/checkpoints.py)."""
@@ -49,7 +50,7 @@ def epoch_reports(trainer: Trainer):
         final = trainer.finish()
         return {
             **metrics,
-            **{k: v for k, v in final.items() if k.startswith(("test_", "full_"))},
+            **{k: v for k, v in final.items() if k.startswith(("test_", "full_", "best_train_"))},
             "status": final["status"],
             "best_epoch": final["best_epoch"],
         }
