@@ -396,14 +396,14 @@ def test_ptb_budget_table_puts_measured_next_to_published(ptb_budget_smoke, tmp_
         "units (paper)",
         "params",
         "valid (ptb-sample)",
-        "batched valid: 95% interval",
+        "batched valid: expected best ± std",
         "valid (PTB, paper)",
         "test (ptb-sample)",
         "test (PTB, paper)",
     ]
     assert {
         "valid WT (ptb-sample)",
-        "batched valid WT: 95% interval",
+        "batched valid WT: expected best ± std",
         "test WT (PTB, paper)",
         "status WT",
     } <= set(table.columns)
@@ -419,7 +419,7 @@ def test_ptb_budget_table_puts_measured_next_to_published(ptb_budget_smoke, tmp_
         row = rows.loc[run.data.params["depth"]]
         assert row[f"status{wt}"].split()[0] == run.data.tags["status"]
         assert run.data.tags["status"] == "completed"  # one trial per cell: ASHA stops none
-        assert row[f"batched valid{wt}: 95% interval"] == "– (< 2 trials)"
+        assert row[f"batched valid{wt}: expected best ± std"] == "– (< 2 trials)"
         assert float(row[f"valid{wt} (ptb-sample)"]) == pytest.approx(
             math.exp(run.data.metrics["full_valid_loss"]), rel=1e-3
         )
@@ -443,10 +443,10 @@ def test_hsg_table_has_table_1_layout(ptb_hsg_smoke):
     table = md_table(results(ptb_hsg_smoke, "table", "--study", "ptb_hsg").stdout)
     assert list(table.columns[2:12]) == [
         "valid w/ HSG (ptb-sample)",
-        "batched valid w/ HSG: 95% interval",
+        "batched valid w/ HSG: expected best ± std",
         "valid w/ HSG (PTB, paper)",
         "valid w/o (ptb-sample)",
-        "batched valid w/o: 95% interval",
+        "batched valid w/o: expected best ± std",
         "valid w/o (PTB, paper)",
         "test w/ HSG (ptb-sample)",
         "test w/ HSG (PTB, paper)",
@@ -544,22 +544,6 @@ def test_every_results_command_has_help(capsys):
         assert text.startswith("usage: rhnsearch") and "--" in text, args
 
 
-def test_bootstrap_intervals_match_hand_computed_ones():
-    """A resample draws half a cell's settings (rounded up). Of [1..5], 3 draws: the best is
-    above k with probability ((5 - k) / 5)**3, so P(best <= 3) = 0.936 and P(best <= 4) =
-    0.992: the 97.5th percentile is 4. Of [1, 3] and [5, 7], one draw each: the gap is 2, 4 or
-    6 with probabilities 1/4, 1/2, 1/4."""
-    from rhnsearch.results import uncertainty
-
-    assert uncertainty.best_interval([3.0, 1.0, 5.0, 2.0, 4.0]) == (1.0, 4.0)
-    assert uncertainty.gap_interval([5.0, 7.0], [1.0, 3.0]) == (2.0, 6.0)
-    assert uncertainty.excludes_zero((2.0, 6.0)) == "yes"
-    assert uncertainty.excludes_zero((-0.1, 6.0)) == "no"
-    assert uncertainty.best_interval([1.0]) is None
-    assert uncertainty.gap_interval([1.0], [1.0, 2.0]) is None
-    assert uncertainty.shown(None).startswith("–")
-
-
 def test_the_depth_finding_gaps_each_depth_to_the_shallowest_by_hand():
     from rhnsearch.results import tables
 
@@ -590,11 +574,13 @@ def test_the_depth_finding_gaps_each_depth_to_the_shallowest_by_hand():
     finding = tables.depth_finding(trials).set_index("depth")
     assert list(finding["trials"]) == [2, 2, 1]  # the diverged trial is not a setting's best
     assert finding.at[4, "best valid perplexity"] == pytest.approx(np.e)
-    # best 1.0 - best 5.0; draws of one setting each: gaps -6, -4 or -2
-    assert finding.at[4, "gap to depth 1 (nats)"] == -4.0
-    assert finding.at[4, "gap: 95% interval"] == "[-6, -2]"
-    assert finding.at[4, "gap excludes 0"] == "yes"
-    assert finding.at[8, "gap to depth 1 (nats)"] == 1.0
+    # the best of 2 draws of [1, 3] is 1 with probability 3/4: 1.5; of [5, 7]: 5.5
+    assert finding.at[4, "gap to depth 1 (nats)"] == pytest.approx(-4.0)
+    assert finding.at[4, "gap: k"] == 2
+    # 2 trials against 2: no relabelling is rare enough to reject any gap
+    assert finding.at[4, "gap: 95% interval"] == "[-inf, inf]"
+    assert finding.at[4, "gap excludes 0"] == "no"
+    assert finding.at[8, "gap to depth 1 (nats)"] == 0.0  # best of 1: 6.0 against the mean 6.0
     assert finding.at[8, "gap: 95% interval"].startswith("–")  # one trial: no interval
     assert finding.at[1, "gap: 95% interval"] == "–"
 
@@ -626,9 +612,13 @@ def test_the_budget_table_puts_the_baseline_beside_rhn():
     assert list(lstm["depth"]) == [1] and table.index[-1] == lstm.index[0]
     assert lstm["valid WT (ptb-sample)"].item() == pytest.approx(math.exp(4.9))
     assert lstm["test WT (ptb-sample)"].item() == pytest.approx(math.exp(5.0))
-    assert lstm["batched valid WT: 95% interval"].item() == tables.uncertainty.shown(
-        tuple(np.exp(tables.uncertainty.best_interval([4.8, 6.0])))
+    # the best of 2 draws of exp(4.8) and exp(6.0): the lower with probability 3/4
+    mean = 0.75 * math.exp(4.8) + 0.25 * math.exp(6.0)
+    std = math.sqrt(0.75 * 0.25) * (math.exp(6.0) - math.exp(4.8))
+    assert lstm["batched valid WT: expected best ± std"].item() == (
+        f"{mean:.4g} ± {std:.2g} (best of 2)"
     )
+    assert rhn.set_index("depth").at[1, "batched valid WT: expected best ± std"].startswith("–")
     assert lstm["valid WT (PTB, paper)"].isna().all()  # no published number of its own
     best_rhn = rhn.set_index("depth").loc[2]
     assert best_rhn["valid WT (ptb-sample)"] == pytest.approx(math.exp(4.1))
@@ -656,7 +646,7 @@ def test_a_pure_noise_study_reports_its_gaps_as_not_significant():
     from rhnsearch.results import tables
 
     rng = np.random.default_rng(7)
-    noise = [tables.jsb_finding(noise_study(rng, 0.0)) for _ in range(40)]
+    noise = [tables.jsb_finding(noise_study(rng, 0.0), best_of=40) for _ in range(40)]
     flagged = [
         row["gap excludes 0"] == "yes"
         for f in noise
@@ -664,7 +654,7 @@ def test_a_pure_noise_study_reports_its_gaps_as_not_significant():
         if row["arch"] != "RHN"
     ]
     assert len(flagged) == 80 and sum(flagged) <= 4  # at most 5% of the null gaps
-    real = [tables.jsb_finding(noise_study(rng, 1.0)) for _ in range(40)]
+    real = [tables.jsb_finding(noise_study(rng, 1.0), best_of=40) for _ in range(40)]
     found = [f.set_index("arch").at["DT-RNN", "gap excludes 0"] == "yes" for f in real]
     assert sum(found) >= 36  # a 1-nat gap (3 spreads) is found at least 90% of the time
     interval = real[0].set_index("arch").at["DT-RNN", "gap: 95% interval"]

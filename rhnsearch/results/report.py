@@ -147,13 +147,28 @@ def study_figure(chosen: pd.Series, trials: pd.DataFrame) -> str:
             f"{chosen['study']}: perplexity vs depth, published numbers overlaid",
         )
     if trials["params.arch"].nunique() > 1 or trials["params.depth"].nunique() > 1:
-        return note(
-            "Each point is one setting's best_valid_loss, the quantity the search "
-            "selects on and the table and the finding use (filled: completed, hollow: "
-            "stopped early by ASHA, X: diverged); every setting that did not diverge "
-            "is on the axis (log-scaled where the losses span more than a factor of "
-            f"{plots.LOG_SPAN:g})." + gaps_sentence(kind, trials)
-        ) + drawn(lambda: plots.swarm(chosen, trials), "loss of each setting vs depth")
+        return (
+            note(
+                "Each point is one setting's best_valid_loss, the quantity the search "
+                "selects on and the table and the finding use (filled: completed, hollow: "
+                "stopped early by ASHA, X: diverged); every setting that did not diverge "
+                "is on the axis (log-scaled where the losses span more than a factor of "
+                f"{plots.LOG_SPAN:g})." + gaps_sentence(kind, trials)
+            )
+            + drawn(lambda: plots.swarm(chosen, trials), "loss of each setting vs depth")
+            + note(
+                f"The expected best best_valid_loss of k settings drawn at random (with "
+                "replacement) from each cell's that did not diverge, exact from their order "
+                "statistics, ± 1 std (Dodge et al. 2019): k = 1 is the cell's mean, k = its "
+                f"settings nearly its best; the table reads it at K = {kind.best_of}. A setting "
+                "stopped early counts at its best loss so far: the curve is an upper bound on "
+                "what the settings would give trained to the end."
+            )
+            + drawn(
+                lambda: plots.expected_best_curves(chosen, trials, kind.best_of),
+                "expected best loss of k settings vs k",
+            )
+        )
     return note("One (architecture, depth) cell: no swarm to draw; see the table.")
 
 
@@ -161,12 +176,13 @@ def gaps_sentence(kind: Kind, trials: pd.DataFrame) -> str:
     """The finding's gaps to RHN at the deepest depth with their 95% intervals, as a
     sentence ('' for a study that measures none, or where there is no RHN or one depth)."""
     if (
-        kind.measured is not tables.jsb_finding
+        kind.figure != "swarm"
+        or kind.measured is None
         or trials["params.depth"].nunique() < 2
         or "rhn" not in set(trials["params.arch"])
     ):
         return ""
-    finding = tables.jsb_finding(trials)
+    finding = kind.measured(trials)
     gap = next(c for c in finding.columns if c.startswith("gap to RHN"))
     parts = [
         f"{row['arch']} {row[gap]:+.3f} {row['gap: 95% interval']}"
@@ -176,8 +192,8 @@ def gaps_sentence(kind: Kind, trials: pd.DataFrame) -> str:
     ]
     return (
         (
-            f" Gaps of each architecture's best best_valid_loss to RHN's at depth "
-            f"{gap.split()[-1]}, with 95% bootstrap intervals over the settings: "
+            f" Gaps of each architecture's expected best best_valid_loss of k settings to "
+            f"RHN's at depth {gap.split()[-1]}, with the 95% intervals of permutation tests: "
             + "; ".join(parts)
             + "."
         )

@@ -1,65 +1,127 @@
-"""How sure a comparison of cells is: a bootstrap over each cell's settings (its trials).
+"""How sure a comparison of two cells is, measured on what the tables show.
 
-A cell's statistic is its best loss, the minimum over its settings, as the papers compare
-cells. It is recomputed on RESAMPLES draws, each of half the cell's settings (rounded up)
-taken with replacement; the 95% interval is the 2.5th to 97.5th percentile of those. A gap
-between two cells is recomputed from independent draws of each, and is significant when its
-interval excludes 0.
+A gap between two cells is the difference of their expected best of k settings
+(`expected_best`, k the fewer of the study's K and each cell's settings). It excludes 0 when a
+permutation test rejects, at 5%, that both cells' settings come from one distribution: the
+two cells' losses are pooled and relabelled PERMUTATIONS times (a fixed seed), and the p-value
+is the share of relabellings whose gap is as far from 0 as the observed one, exact under no
+difference whatever the distribution. The gap's 95% interval is the set of shifts d for which
+the test of the first cell's losses less d against the second's does not reject (test
+inversion, each end found by bisection), so it excludes 0 exactly when the test rejects. Cells
+too small for any relabelling to be rare (2 settings against 2) leave it unbounded.
 
-Half, not all: the bootstrap of a minimum that redraws all n settings is too sure of itself
-(its draws hit the observed best most of the time; on two cells of 10 settings from one
-distribution it called 18% of gaps significant), the m-out-of-n bootstrap with m = n/2 about
-2%. The interval says how much a cell's best depends on which settings were drawn, not where
-the cell's true optimum lies. A cell of one setting has no interval (None): repeat its
-setting with seeds to get one.
+The probability of improvement is the chance that a random setting of one cell beats one of
+the other (a lower loss; a tie counts half: the Mann-Whitney statistic, rliable's probability
+of improvement), with a 95% percentile bootstrap that redraws each cell's settings.
+
+A cell's best of n, the tables' best, gets no interval: a bootstrap of a minimum is
+inconsistent (its draws land on the observed best most of the time). A cell of one setting
+gives no comparison an interval: repeat its setting with seeds to get one.
 """
+
+from functools import cache
+from typing import NamedTuple
 
 import numpy as np
 
-RESAMPLES = 4000
-SEED = 0  # the same interval for the same trials, every time
+from .expected_best import BEST_OF, weights
+
+PERMUTATIONS = 2000
+RESAMPLES = 2000
+SEED = 0  # the same intervals for the same trials, every time
 LEVEL = 0.95
+TOLERANCE = 1e-4  # an interval's ends, as a share of the cells' spread of losses
 
 
-def _draws(losses, rng) -> np.ndarray | None:
-    """The best of each resample of LOSSES, or None for fewer than two."""
-    losses = np.asarray(losses, dtype=float)
-    if len(losses) < 2:
+class Gap(NamedTuple):
+    value: float  # expected best of k of the first cell less the second's
+    k: int
+    p: float  # the permutation test's p-value of no difference
+    bounds: tuple[float, float]  # the shifts the test does not reject (may be infinite)
+
+
+@cache
+def _relabellings(n: int) -> np.ndarray:
+    """PERMUTATIONS orders of n pooled settings (a fixed seed): each relabels them."""
+    return np.random.default_rng(SEED).random((PERMUTATIONS, n)).argsort(axis=1)
+
+
+def gap(losses, reference, best_of: int = BEST_OF) -> Gap | None:
+    """The gap of LOSSES' expected best of k to REFERENCE's, its test and its 95% interval;
+    None if either cell has fewer than two settings.
+
+    Args:
+        best_of: the study's K; k is the fewer of it and each cell's settings.
+    """
+    a, b = np.asarray(losses, dtype=float), np.asarray(reference, dtype=float)
+    if min(len(a), len(b)) < 2:
         return None
-    half = (len(losses) + 1) // 2
-    return losses[rng.integers(0, len(losses), size=(RESAMPLES, half))].min(axis=1)
+    k = min(best_of, len(a), len(b))
+    wa, wb = weights(len(a), [k])[0], weights(len(b), [k])[0]
+    labels = _relabellings(len(a) + len(b))
+    spread = float(np.ptp(np.concatenate([a, b]))) or 1.0
+
+    def p_value(shift: float) -> float:
+        mine = a - shift
+        observed = abs(np.sort(mine) @ wa - np.sort(b) @ wb)
+        drawn = np.concatenate([mine, b])[labels]
+        gaps = np.sort(drawn[:, : len(a)], axis=1) @ wa - np.sort(drawn[:, len(a) :], axis=1) @ wb
+        extreme = np.count_nonzero(np.abs(gaps) >= observed - 1e-12 * spread)
+        return float((1 + extreme) / (PERMUTATIONS + 1))
+
+    alpha = 1 - LEVEL
+    value = float(np.sort(a) @ wa - np.sort(b) @ wb)
+    p = p_value(0.0)
+
+    def end(far: float) -> float:
+        """The accepted shift nearest the rejected FAR, bisected from VALUE (p = 1); 0 is
+        placed first, so that the interval holds 0 exactly when the test accepts it."""
+        accept, reject = value, far
+        if (accept < 0) != (far < 0):
+            accept, reject = (0.0, reject) if p >= alpha else (accept, 0.0)
+        if reject == far and p_value(far) >= alpha:
+            return float(np.copysign(np.inf, far - value))
+        while abs(reject - accept) > TOLERANCE * spread:
+            mid = (accept + reject) / 2
+            accept, reject = (mid, reject) if p_value(mid) >= alpha else (accept, mid)
+        return float(accept)
+
+    low = end(a.min() - b.max() - spread)  # every shifted setting above the reference's
+    high = end(a.max() - b.min() + spread)  # every one below
+    return Gap(value, k, p, (low, high))
 
 
-def _bounds(values: np.ndarray) -> tuple[float, float]:
-    tail = (1 - LEVEL) / 2
-    low, high = np.quantile(values, [tail, 1 - tail], method="inverted_cdf")
-    return float(low), float(high)
-
-
-def best_interval(losses) -> tuple[float, float] | None:
-    """The 95% interval of the best of LOSSES (a cell's settings), or None for one setting."""
-    draws = _draws(losses, np.random.default_rng(SEED))
-    return None if draws is None else _bounds(draws)
-
-
-def gap_interval(losses, reference) -> tuple[float, float] | None:
-    """The 95% interval of best(LOSSES) - best(REFERENCE), or None if either cell has one
-    setting."""
+def improvement(losses, reference) -> tuple[float, tuple[float, float] | None]:
+    """The probability that a random setting of LOSSES beats one of REFERENCE (lower; a tie
+    counts half) and its 95% bootstrap interval, None if either cell has fewer than two."""
+    a, b = np.asarray(losses, dtype=float), np.asarray(reference, dtype=float)
+    wins = (a[:, None] < b) + 0.5 * (a[:, None] == b)
+    if min(len(a), len(b)) < 2:
+        return float(wins.mean()), None
     rng = np.random.default_rng(SEED)
-    mine, theirs = _draws(losses, rng), _draws(reference, rng)
-    if mine is None or theirs is None:
-        return None
-    return _bounds(mine - theirs)
+    mine = rng.multinomial(len(a), np.full(len(a), 1 / len(a)), size=RESAMPLES)
+    theirs = rng.multinomial(len(b), np.full(len(b), 1 / len(b)), size=RESAMPLES)
+    draws = ((mine @ wins) * theirs).sum(axis=1) / (len(a) * len(b))
+    tail = (1 - LEVEL) / 2
+    low, high = np.quantile(draws, [tail, 1 - tail], method="inverted_cdf")
+    return float(wins.mean()), (float(low), float(high))
 
 
 def shown(bounds: tuple[float, float] | None, digits: int = 4) -> str:
-    """An interval as [low, high], or a dash where there is none."""
+    """An interval as [low, high] (an unbounded end as -inf or inf), or a dash where there is
+    none."""
     if bounds is None:
         return "– (< 2 trials)"
     return f"[{bounds[0]:.{digits}g}, {bounds[1]:.{digits}g}]"
 
 
-def excludes_zero(bounds: tuple[float, float] | None) -> str:
-    if bounds is None:
+def excludes_zero(found: Gap | None) -> str:
+    if found is None:
         return "–"
-    return "yes" if bounds[0] > 0 or bounds[1] < 0 else "no"
+    return "yes" if found.p < 1 - LEVEL else "no"
+
+
+def shown_improvement(losses, reference) -> str:
+    """`improvement` as 'P [low, high]'."""
+    value, bounds = improvement(losses, reference)
+    return f"{value:.2f}" + ("" if bounds is None else f" [{bounds[0]:.2f}, {bounds[1]:.2f}]")
