@@ -14,7 +14,7 @@ is then an upper bound on the expected best had every setting trained to the end
 
 import numpy as np
 
-BEST_OF = 10  # the k a study's report names by default (its space's best_of)
+BEST_OF = 10  # the K of a kind of study that names none (studies.Kind.best_of)
 
 
 def weights(n: int, ks) -> np.ndarray:
