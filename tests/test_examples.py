@@ -1,6 +1,7 @@
 """The committed example of the JSB `paper` preset (results/examples/jsb_paper/) is what the
-code makes of the trials it ships: its table and its measured finding, made again here from
-its trials.parquet (the sweep's `results export`), in well under 2 seconds."""
+code makes of the trials it ships: its table and its measured finding with the sentences its
+intervals make (`claims`), made again here from its trials.parquet (the sweep's `results
+export`), in well under 2 seconds."""
 
 import time
 
@@ -26,6 +27,11 @@ def test_the_jsb_paper_example_is_what_its_trials_make():
     table = kind.table(trials, "best_valid_loss")
     assert table["settings"].astype(int).tolist() == [40] * 12
     assert table_lines(markdown(table)) == table_lines((EXAMPLE / "table.md").read_text())
-    finding = markdown(kind.measured(trials))
+    measured = kind.measured(trials)
+    finding, claims = markdown(measured), kind.claims(measured)
     assert time.perf_counter() - start < 2
-    assert table_lines(finding) == table_lines((EXAMPLE / "finding.md").read_text())
+    committed = (EXAMPLE / "finding.md").read_text()
+    assert table_lines(finding) == table_lines(committed)
+    # its sentences are the ones its intervals make, none written by hand
+    assert [line[2:] for line in committed.splitlines() if line.startswith("- ")] == claims
+    assert [c.split(":")[0] for c in claims] == ["RHN", "DT-RNN", "DT(S)-RNN"]

@@ -205,7 +205,9 @@ def expected_best_of(losses: list, k: int) -> float:
 def test_jsb_report_states_the_finding_and_measures_it(pages, jsb_smoke):
     """The paper's statement, then per arch its best valid loss at depth 1 and 6, its change
     with depth and its gap to RHN at depth 6 (of the expected best of k settings), each
-    recomputed here from the runs."""
+    recomputed here from the runs, and a sentence per arch worded from its verdicts."""
+    from rhnsearch.results.claims import WORDS
+
     text = pages["jsb_optimization"].read_text()
     assert "Figure 4" in text and "DT(S)-RNN" in text
     assert text.count("<img") >= 2  # the swarm, and the expected best of k settings
@@ -223,6 +225,8 @@ def test_jsb_report_states_the_finding_and_measures_it(pages, jsb_smoke):
         return expected_best_of(cells[mine], k) - expected_best_of(cells[theirs], k)
 
     rows = Page(text).table_rows("finding-table")
+    claims = re.search(r"RHN: the claim.*?(?=</p>)", html.unescape(text)).group(0)
+    sentences = re.split(r" (?=(?:RHN|DT-RNN|DT\(S\)-RNN): the claim)", claims)
     codes = {"RHN": "rhn", "DT-RNN": "dtrnn", "DT(S)-RNN": "dtsrnn"}
     assert [r["arch"] for r in rows] == ["RHN", "DT-RNN", "DT(S)-RNN"]
 
@@ -250,6 +254,10 @@ def test_jsb_report_states_the_finding_and_measures_it(pages, jsb_smoke):
         assert row["change: 95% interval"].startswith(("[", "–"))
         assert row["change: P(deeper setting better)"][:1] in ("0", "1", "–")
         assert measured == pytest.approx(expected, rel=1e-3, abs=2e-3, nan_ok=True), row  # 4 digits
+        # the sentence of each arch's claims, worded from the verdict its row shows
+        verdict = row["change: paper's claim"].split(": ", 1)[1]
+        sentence = next(s for s in sentences if s.startswith(f"{row['arch']}: the claim"))
+        assert WORDS[verdict] in sentence.split("; ")[0], (verdict, sentence)
 
 
 def test_ptb_reports_hold_the_published_numbers(pages):

@@ -125,3 +125,30 @@ def test_the_probability_of_improvement_counts_wins_and_half_ties():
     assert value == pytest.approx(4.5 / 6) and low <= value <= high
     assert uncertainty.improvement([1.0], [2.0, 4.0]) == (1.0, None)
     assert uncertainty.shown_improvement([1.0], [2.0, 4.0]) == "1.00"
+
+
+def test_a_claim_is_worded_from_the_side_of_0_its_interval_lies_on():
+    """A claim that a cell is worse holds only where the interval lies above 0; one that it
+    is not worse holds where it lies below, and is merely consistent with an interval holding
+    0; the other side of 0 refutes either; no interval resolves nothing."""
+    from rhnsearch.results.uncertainty import Gap, verdict
+
+    above, around, below = (
+        Gap(1.0, 5, 0.01, (0.2, 1.5)),
+        Gap(0.1, 5, 0.6, (-0.4, 0.7)),
+        Gap(-1.0, 5, 0.01, (-1.5, -0.2)),
+    )
+    assert [verdict(g, "worse") for g in (above, around, below, None)] == [
+        "holds",
+        "not resolved",
+        "does not hold",
+        "not resolved",
+    ]
+    assert [verdict(g, "not worse") for g in (above, around, below, None)] == [
+        "does not hold",
+        "consistent with",
+        "holds",
+        "not resolved",
+    ]
+    with pytest.raises(ValueError):
+        verdict(above, "better")

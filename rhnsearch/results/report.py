@@ -207,9 +207,10 @@ def study_table(chosen: pd.Series, trials: pd.DataFrame) -> str:
     losses for a study with no published numbers."""
     kind, finding = kind_of(chosen), ""
     if kind.measured and trials["params.depth"].nunique() > 1:
-        finding = note(kind.finding) + html_table(
-            kind.measured(trials), kind.measured_caption, "finding-table"
-        )
+        measured = kind.measured(trials)
+        finding = note(kind.finding) + html_table(measured, kind.measured_caption, "finding-table")
+        if kind.claims:
+            finding += note(" ".join(kind.claims(measured)))
     return finding + html_table(
         kind.table(trials, "best_valid_loss"),
         kind.caption(chosen, trials, "best_valid_loss"),

@@ -23,6 +23,7 @@ import pandas as pd
 from ..errors import UserError
 from ..tracking import store
 from . import published, tables
+from .claims import optimization_claims
 from .expected_best import BEST_OF
 from .export import check_out, markdown, write_frame
 
@@ -59,6 +60,7 @@ class Kind:
     measured_caption: str = ""
     groups: Groups | None = None
     best_of: int = BEST_OF  # the K of its expected best of K settings (tables and figure bind it)
+    claims: Callable[[pd.DataFrame], list[str]] | None = None  # the measured finding in words
 
 
 BUDGET = Groups(
@@ -94,8 +96,10 @@ KINDS = {
         f"{JSB_BEST_OF}, or the fewer settings that did not diverge), with the 95% interval "
         "of a permutation test inverted (it excludes 0 when the test rejects no difference "
         "at 5%), and the probability that a random setting of the first cell beats one of "
-        "the second (ties half) with its 95% bootstrap interval.",
+        "the second (ties half) with its 95% bootstrap interval; whether each of the paper's "
+        "claims holds there, from that interval.",
         best_of=JSB_BEST_OF,
+        claims=optimization_claims,
     ),
     "depth_budget": Kind(
         "depth",

@@ -200,10 +200,12 @@ def jsb_optimization(
     )
 
 
-def compared(losses, reference, best_of: int, name: str, better: str) -> dict:
+def compared(losses, reference, best_of: int, name: str, better: str, claim: str) -> dict:
     """NAME's columns of a comparison of two cells' settings (`uncertainty`): k, the 95%
-    interval of the gap of their expected best of k, whether it excludes 0, and the
-    probability that a setting of the first beats one of the second (P(BETTER))."""
+    interval of the gap of their expected best of k, whether it excludes 0, the probability
+    that a setting of the first beats one of the second (P(BETTER)), and whether the paper's
+    CLAIM of the gap's sign ('worse': the first cell is; 'not worse') holds there
+    (`uncertainty.verdict`)."""
     found = uncertainty.gap(losses, reference, best_of)
     k = min(best_of, len(losses), len(reference))
     return {
@@ -211,6 +213,7 @@ def compared(losses, reference, best_of: int, name: str, better: str) -> dict:
         f"{name}: 95% interval": uncertainty.shown(found and found.bounds),
         f"{name} excludes 0": uncertainty.excludes_zero(found),
         f"{name}: P({better})": uncertainty.shown_improvement(losses, reference) if k else "–",
+        f"{name}: paper's claim": f"{claim}: {uncertainty.verdict(found, claim)}",
     }
 
 
@@ -246,13 +249,14 @@ def jsb_finding(
         mine, first = cell.get((arch, deep), none), cell.get((arch, shallow), none)
         rhn = cell.get(("rhn", deep), none)
         gap = (
-            compared(mine, rhn, best_of, "gap", RHN_BEATEN)
+            compared(mine, rhn, best_of, "gap", RHN_BEATEN, "worse")
             if arch != "rhn" and "rhn" in best.index
             else {
                 "gap: k": pd.NA,
                 "gap: 95% interval": "–",
                 "gap excludes 0": "–",
                 f"gap: P({RHN_BEATEN})": "–",
+                "gap: paper's claim": "–",
             }
         )
         rows.append(
@@ -261,7 +265,14 @@ def jsb_finding(
                 f"best at depth {shallow}": best.at[arch, shallow],
                 f"best at depth {deep}": best.at[arch, deep],
                 "change with depth": gap_of(mine, first, best_of),
-                **compared(mine, first, best_of, "change", "deeper setting better"),
+                **compared(
+                    mine,
+                    first,
+                    best_of,
+                    "change",
+                    "deeper setting better",
+                    "not worse" if arch == "rhn" else "worse",
+                ),
                 f"gap to RHN at depth {deep}": gap_of(mine, rhn, best_of),
                 **gap,
             }

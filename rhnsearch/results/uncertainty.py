@@ -115,6 +115,24 @@ def shown(bounds: tuple[float, float] | None, digits: int = 4) -> str:
     return f"[{bounds[0]:.{digits}g}, {bounds[1]:.{digits}g}]"
 
 
+CLAIMS = ("worse", "not worse")  # what a claim says of a gap's sign: above 0, or not above
+
+
+def verdict(found: Gap | None, claim: str) -> str:
+    """How a gap's interval bears on a CLAIM about its sign (`CLAIMS`): 'holds' where the
+    interval lies on the claim's side of 0, 'does not hold' where it lies on the other; where
+    it holds 0, a claim of a difference ('worse') is 'not resolved' and a claim of none ('not
+    worse') is 'consistent with' the numbers (not shown by them). No interval: 'not resolved'."""
+    if claim not in CLAIMS:
+        raise ValueError(f"claim {claim!r}: one of {CLAIMS}")
+    if found is None:
+        return "not resolved"
+    above, below = found.bounds[0] > 0, found.bounds[1] < 0  # (it excludes 0 iff p < 5%)
+    if claim == "worse":
+        return "holds" if above else "does not hold" if below else "not resolved"
+    return "holds" if below else "does not hold" if above else "consistent with"
+
+
 def excludes_zero(found: Gap | None) -> str:
     if found is None:
         return "–"
