@@ -210,7 +210,8 @@ def test_jsb_report_states_the_finding_and_measures_it(pages, jsb_smoke):
 
     text = pages["jsb_optimization"].read_text()
     assert "Figure 4" in text and "DT(S)-RNN" in text
-    assert text.count("<img") >= 2  # the swarm, and the expected best of k settings
+    assert text.count("<img") >= 3  # the swarm, the expected best of k settings, and
+    assert 'alt="training loss of each setting"' in text  # the swarm of best_train_loss
     cells = {}
     for run in jsb_smoke.child_runs():
         if run.data.tags["status"] in ("completed", "stopped"):

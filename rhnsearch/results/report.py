@@ -10,6 +10,7 @@ import tempfile
 from html import escape
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
@@ -168,8 +169,25 @@ def study_figure(chosen: pd.Series, trials: pd.DataFrame) -> str:
                 lambda: plots.expected_best_curves(chosen, trials, kind.best_of),
                 "expected best loss of k settings vs k",
             )
+            + training_swarm(chosen, trials)
         )
     return note("One (architecture, depth) cell: no swarm to draw; see the table.")
+
+
+def training_swarm(chosen: pd.Series, trials: pd.DataFrame) -> str:
+    """The swarm of the training objective beside validation's: each setting's best_train_loss,
+    where it has one (trials recorded before it was, and those stopped early, have none)."""
+    column = "metrics.best_train_loss"
+    if column not in trials or not np.isfinite(trials[column]).any():
+        return ""
+    return note(
+        "Each point is one setting's best_train_loss: the training loss of its best-valid "
+        "weights on the whole training set without dropout, the objective an optimization "
+        "study asks about. Only settings trained to their end have one: a setting stopped "
+        "early is not drawn here."
+    ) + drawn(
+        lambda: plots.swarm(chosen, trials, "best_train_loss"), "training loss of each setting"
+    )
 
 
 def gaps_sentence(kind: Kind, trials: pd.DataFrame) -> str:
