@@ -138,7 +138,16 @@ def add_sweep(sub):
         description="Run a search space on Ray Tune, recorded in MLflow.",
     )
     ssub = p.add_subparsers(dest="sweep_command", required=True)
-    for add in (add_run, add_resume, add_extend, add_check, add_plan, add_submit, add_slurm):
+    for add in (
+        add_run,
+        add_resume,
+        add_extend,
+        add_confirm,
+        add_check,
+        add_plan,
+        add_submit,
+        add_slurm,
+    ):
         add(ssub)
     add_logs(ssub)
     add_status(ssub)
@@ -191,6 +200,27 @@ def add_extend(ssub):
     add_storage_path(extend)
     add_json(extend)
     extend.set_defaults(run=cmd_extend)
+
+
+def add_confirm(ssub):
+    confirm = ssub.add_parser(
+        "confirm",
+        help="train each cell's best settings again with new seeds, at the full budget",
+        description="A confirmation round of a finished sweep, under the same MLflow parent "
+        "run: the --top best finished settings of every cell (by best valid loss, ties by "
+        "trial id) trained again with --seeds seeds the sweep has not used, for the space's "
+        "full epochs, without early stopping. Its runs are tagged round=confirm; the search's "
+        "tables leave them out, and `results confirmed` compares the cells on them.",
+    )
+    add_sweep_name(confirm)
+    confirm.add_argument("--top", type=int, required=True, metavar="K", help="settings a cell")
+    confirm.add_argument(
+        "--seeds", type=int, required=True, metavar="N", help="new seeds a setting (at least 2)"
+    )
+    add_address(confirm)
+    add_storage_path(confirm)
+    add_json(confirm)
+    confirm.set_defaults(run=cmd_confirm)
 
 
 def add_check(ssub):
@@ -425,6 +455,21 @@ def cmd_extend(args):
         lambda: extend_sweep(
             args.name,
             samples=args.samples,
+            seeds=args.seeds,
+            address=args.address,
+            storage_path=args.storage_path,
+        ),
+        args.json,
+    )
+
+
+def cmd_confirm(args):
+    from ..sweep.lifecycle import confirm_sweep
+
+    return sweep_then_report(
+        lambda: confirm_sweep(
+            args.name,
+            top=args.top,
             seeds=args.seeds,
             address=args.address,
             storage_path=args.storage_path,
