@@ -110,3 +110,14 @@ def confirmed_gaps(trials: pd.DataFrame) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+def confirmed_tables(
+    experiment: str, tracking_uri: str | None = None, sweep: str | None = None
+) -> tuple[str, pd.DataFrame, pd.DataFrame]:
+    """The sweep (default: the latest of EXPERIMENT), its confirmed settings
+    (`confirmed_settings`) and its cells' gaps (`confirmed_gaps`), read from the store."""
+    exp = store.open_experiment(experiment, tracking_uri)
+    chosen = store.pick_sweep(exp, sweep)
+    trials = store.trials(exp, chosen["sweep"])
+    return chosen["sweep"], confirmed_settings(trials), confirmed_gaps(trials)
