@@ -516,6 +516,7 @@ def test_every_command_has_help():
         ["sweep", "run", "--help"],
         ["sweep", "resume", "--help"],
         ["sweep", "extend", "--help"],
+        ["sweep", "confirm", "--help"],
         ["sweep", "submit", "--help"],
         ["sweep", "logs", "--help"],
         ["sweep", "status", "--help"],
@@ -904,6 +905,6 @@ def check_confirm_round(client: MlflowClient, exp, uri: str, tmp_path: Path):
         cwd=tmp_path,
     )
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
-    assert len(rows) == 2 * (1 + 4), proc.stdout  # two tables: a header and a row a cell
+    assert len(rows) == 2 * (2 + 4), proc.stdout  # two tables: header, rule, a row a cell
     for run in best.values():
         assert run.data.tags["trial_id"] in proc.stdout
