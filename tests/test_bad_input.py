@@ -531,6 +531,22 @@ LEAVE_NO_FILE = {  # the command -> its exit code
         ["sweep", "extend", "nosuch", "--samples", "4", *UNREACHABLE, "--storage-path", "{store}"],
         2,
     ),
+    "confirm of an unknown name": (["sweep", "confirm", "nosuch", "--top", "1", "--seeds", "2"], 2),
+    "confirm of an unknown name, on a cluster": (
+        [
+            "sweep",
+            "confirm",
+            "nosuch",
+            "--top",
+            "1",
+            "--seeds",
+            "2",
+            *UNREACHABLE,
+            "--storage-path",
+            "{store}",
+        ],
+        2,
+    ),
     "check": (["sweep", "check", JSB_SPACE, "--preset", "smoke"], 0),
     "plan": (
         [
@@ -553,8 +569,8 @@ LEAVE_NO_FILE = {  # the command -> its exit code
 
 @pytest.mark.parametrize("case", list(LEAVE_NO_FILE))
 def test_commands_that_run_no_sweep_leave_the_working_dir_empty(case, tmp_path, data_dir):
-    """`sweep status`, `check` and `plan`, and `resume`/`extend` of a name that is not there
-    (on a local Ray, and at an unreachable cluster with a storage path): nothing in the
+    """`sweep status`, `check` and `plan`, and `resume`/`extend`/`confirm` of a name that is not
+    there (on a local Ray, and at an unreachable cluster with a storage path): nothing in the
     working dir (no results/, no mlflow.db), nor in the storage; an unknown name is one line."""
     args, code = LEAVE_NO_FILE[case]
     cwd, store = tmp_path / "cwd", tmp_path / "store"

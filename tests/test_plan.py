@@ -47,6 +47,9 @@ def test_plan_of_the_jsb_smoke_preset(tmp_path, data_dir):
         data_dir,
         "--cpus",
         "2",
+        "--confirm",
+        "2",
+        "3",
         "--json",
         cwd=tmp_path,
     )
@@ -57,10 +60,37 @@ def test_plan_of_the_jsb_smoke_preset(tmp_path, data_dir):
         assert cell["epoch_seconds"] > 0
         assert cell["fifo_epochs"] == space.samples * space.epochs
         assert cell["expected_epochs"] < cell["fifo_epochs"]  # ASHA stops some
+        # `sweep confirm --top 2 --seeds 3`: 6 trials a cell, every epoch
+        assert cell["confirm_epochs"] == 2 * 3 * space.epochs
+        assert cell["trials"] == space.samples + 6
+        assert cell["seconds"] == pytest.approx(
+            cell["epoch_seconds"] * (cell["expected_epochs"] + cell["confirm_epochs"])
+        )
     assert plan["trial_seconds"] == pytest.approx(sum(c["seconds"] for c in plan["cells"]))
     # two 1-CPU trials at once: about half the trials' time, never less
     assert plan["trial_seconds"] / 2 <= plan["wall_seconds"] < plan["trial_seconds"]
     assert "timing rhn d1" in proc.stderr
+    for confirm, says in (
+        (["3", "2"], "confirm 1 to 2 setting(s) a cell"),
+        (["1", "1"], "at least 2 seeds"),
+    ):
+        proc = rhnsearch_main(
+            "sweep",
+            "plan",
+            JSB_SPACE,
+            "--preset",
+            "smoke",
+            "--data-dir",
+            data_dir,
+            "--cpus",
+            "2",
+            "--confirm",
+            *confirm,
+            cwd=tmp_path,
+            check=False,
+        )
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+        assert says in proc.stderr
 
 
 @pytest.mark.slow  # times every cell of a PTB-sized plan

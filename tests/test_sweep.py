@@ -516,6 +516,7 @@ def test_every_command_has_help():
         ["sweep", "run", "--help"],
         ["sweep", "resume", "--help"],
         ["sweep", "extend", "--help"],
+        ["sweep", "confirm", "--help"],
         ["sweep", "submit", "--help"],
         ["sweep", "logs", "--help"],
         ["sweep", "status", "--help"],
@@ -687,7 +688,8 @@ def test_extend_a_finished_sweep_with_settings_then_seeds(tmp_path, data_dir):
     setting twice), the first 8 runs as they were, the rungs of early stopping kept, one
     parent run, and the study's finding and report made again over the 16 trials. `--seeds 3`
     on a sweep of one setting a cell runs each setting with the next seeds. Asking for less,
-    or for seeds of a sweep that samples its seed, is one line before Ray starts."""
+    or for seeds of a sweep that samples its seed, is one line before Ray starts. Then `sweep
+    confirm ext --top 1 --seeds 2` (`check_confirm_round`)."""
     from rhnsearch import load_trials
     from rhnsearch.results.export import markdown
     from rhnsearch.results.studies import KINDS
@@ -758,6 +760,7 @@ def test_extend_a_finished_sweep_with_settings_then_seeds(tmp_path, data_dir):
     assert measured != finding
     report = client.download_artifacts(parent.info.run_id, "report/report.html", str(tmp_path))
     assert "16 trials" in Path(report).read_text()
+    check_confirm_round(client, exp, uri, tmp_path)
 
     proc = rhnsearch_cli(
         *run,
@@ -794,3 +797,114 @@ def test_extend_a_finished_sweep_with_settings_then_seeds(tmp_path, data_dir):
     for params in by_cell.values():
         assert sorted(int(p["seed"]) for p in params) == [7, 8, 9]
         assert len({p["lr"] for p in params}) == 1
+
+
+def check_confirm_round(client: MlflowClient, exp, uri: str, tmp_path: Path):
+    """`sweep confirm ext --top 1 --seeds 2` on the finished sweep `ext` of 16 trials in 4
+    cells: each cell's best finished search setting trained again with 2 seeds the sweep never
+    used, for the full epochs, none stopped, under the same parent run; the search's table and
+    report unchanged, the confirmed table with its rows. Bad input is one line before Ray."""
+    from rhnsearch import load_trials
+    from rhnsearch.results.studies import table
+
+    storage = tmp_path / "results" / "sweeps"
+    parent = client.search_runs([exp.experiment_id], "tags.kind = 'sweep'")[0].info.run_id
+    client.update_run(parent, status="RUNNING")  # as a sweep that has not finished
+    for name, args, says in (
+        ("ext", ["--top", "1", "--seeds", "2"], "sweep ext has not finished"),
+        ("nope", ["--top", "1", "--seeds", "2"], "no sweep named 'nope'"),
+        ("ext", ["--top", "1", "--seeds", "1"], "with at least 2 seeds each"),
+        ("ext", ["--top", "0", "--seeds", "2"], "confirm at least 1 setting a cell"),
+    ):
+        proc = rhnsearch_main(
+            "sweep",
+            "confirm",
+            name,
+            *args,
+            "--storage-path",
+            storage,
+            "--address",
+            "127.0.0.1:1",  # unreachable: a regression cannot start the round
+            cwd=tmp_path,
+            check=False,
+        )
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+        assert says in proc.stderr, proc.stderr
+    client.update_run(parent, status="FINISHED")
+    proc = rhnsearch_main(
+        "sweep",
+        "confirm",
+        "ext",
+        "--top",
+        "5",
+        "--seeds",
+        "2",
+        "--storage-path",
+        storage,
+        "--address",
+        "127.0.0.1:1",
+        cwd=tmp_path,
+        check=False,
+    )
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "--top 5: cell " in proc.stderr and "confirm at most that many" in proc.stderr
+    searched = table("jsb_optimization", uri, "ext")
+    search = jsb_runs(client, exp)
+    epochs = {r.data.params["epochs"] for r in search}
+
+    summary = json_summary(
+        rhnsearch_cli(
+            "sweep", "confirm", "ext", "--top", "1", "--seeds", "2", "--json", cwd=tmp_path
+        )
+    )
+    assert summary["complete"] and summary["trials"] == 24
+    confirm = [r for r in jsb_runs(client, exp) if r.data.tags.get("round") == "confirm"]
+    assert len(confirm) == 4 * 1 * 2
+    by_trial = {r.data.tags["trial_id"]: r for r in search}
+    used = {r.data.params["seed"] for r in search}
+    finished = [
+        r
+        for r in search
+        if r.data.tags["status"] in ("completed", "stopped")
+        and math.isfinite(r.data.metrics["best_valid_loss"])
+    ]
+    best = {
+        cell: min(
+            (r for r in finished if r.data.params["cell"] == cell),
+            key=lambda r: (r.data.metrics["best_valid_loss"], r.data.tags["trial_id"]),
+        )
+        for cell in {r.data.params["cell"] for r in search}
+    }
+    for run in confirm:
+        params, tags = run.data.params, run.data.tags
+        assert run.data.tags["mlflow.parentRunId"] == parent and run.info.status == "FINISHED"
+        assert tags["status"] == "completed" and "stopped_at_epoch" not in tags
+        history = client.get_metric_history(run.info.run_id, "valid_loss")
+        assert {params["epochs"]} == epochs and len(history) == int(params["epochs"])
+        confirmed = by_trial[params["confirms"]]
+        assert confirmed.data.tags["trial_id"] == best[params["cell"]].data.tags["trial_id"]
+        assert {k: v for k, v in params.items() if k not in ("seed", "confirms")} == {
+            k: v for k, v in confirmed.data.params.items() if k != "seed"
+        }
+        assert params["seed"] not in used
+    assert len({(r.data.params["confirms"], r.data.params["seed"]) for r in confirm}) == 8
+    (after,) = client.search_runs([exp.experiment_id], "tags.kind = 'sweep'")
+    assert after.info.run_id == parent and after.info.status == "FINISHED"
+    assert table("jsb_optimization", uri, "ext") == searched
+    report = client.download_artifacts(parent, "report/report.html", str(tmp_path / "results"))
+    assert "16 trials" in Path(report).read_text()
+    trials = load_trials("jsb_optimization", tracking_uri=uri, sweep="ext")
+    assert trials["round"].value_counts().to_dict() == {"search": 16, "confirm": 8}
+    proc = rhnsearch_main(
+        "results",
+        "confirmed",
+        "--experiment",
+        "jsb_optimization",
+        "--tracking-uri",
+        uri,
+        cwd=tmp_path,
+    )
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
+    assert len(rows) == 2 * (2 + 4), proc.stdout  # two tables: header, rule, a row a cell
+    for run in best.values():
+        assert run.data.tags["trial_id"] in proc.stdout

@@ -22,7 +22,7 @@ def add_results(sub):
         "them, or draw the papers' figures and tables from them.",
     )
     rsub = p.add_subparsers(dest="results_command", required=True)
-    for add in (add_export, add_plot, add_table, add_report):
+    for add in (add_export, add_plot, add_table, add_confirmed, add_report):
         add(rsub)
 
 
@@ -106,6 +106,20 @@ def add_table(rsub):
     table.set_defaults(run=cmd_table)
 
 
+def add_confirmed(rsub):
+    confirmed = rsub.add_parser(
+        "confirmed",
+        help="the cells compared on the settings `sweep confirm` trained again",
+        description="Per cell, each confirmed setting's mean best valid loss over its new "
+        "seeds with a 95%% t-interval, the cell's best confirmed setting, and the gap of each "
+        "cell's best to the best cell's with a 95%% Welch interval. Markdown on stdout.",
+    )
+    confirmed.add_argument("--experiment", required=True, help="MLflow experiment")
+    confirmed.add_argument("--tracking-uri", help=STORE_HELP)
+    confirmed.add_argument("--sweep", help=SWEEP_HELP)
+    confirmed.set_defaults(run=cmd_confirmed)
+
+
 def add_report(rsub):
     report = rsub.add_parser(
         "report",
@@ -166,6 +180,15 @@ def cmd_table(args):
         args.metric,
     )
     print(text, file=sys.stderr if args.out else sys.stdout, end="" if not args.out else "\n")
+
+
+def cmd_confirmed(args):
+    from ..results.confirmed import confirmed_tables
+    from ..results.export import markdown
+
+    sweep, settings, gaps = confirmed_tables(args.experiment, args.tracking_uri, args.sweep)
+    print(markdown(settings, f"Sweep {sweep}: confirmed settings (best valid loss over seeds)"))
+    print(markdown(gaps, "Each cell's best confirmed setting against the best cell's"), end="")
 
 
 def cmd_report(args):

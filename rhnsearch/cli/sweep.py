@@ -138,7 +138,16 @@ def add_sweep(sub):
         description="Run a search space on Ray Tune, recorded in MLflow.",
     )
     ssub = p.add_subparsers(dest="sweep_command", required=True)
-    for add in (add_run, add_resume, add_extend, add_check, add_plan, add_submit, add_slurm):
+    for add in (
+        add_run,
+        add_resume,
+        add_extend,
+        add_confirm,
+        add_check,
+        add_plan,
+        add_submit,
+        add_slurm,
+    ):
         add(ssub)
     add_logs(ssub)
     add_status(ssub)
@@ -193,6 +202,27 @@ def add_extend(ssub):
     extend.set_defaults(run=cmd_extend)
 
 
+def add_confirm(ssub):
+    confirm = ssub.add_parser(
+        "confirm",
+        help="train each cell's best settings again with new seeds, at the full budget",
+        description="A confirmation round of a finished sweep, under the same MLflow parent "
+        "run: the --top best finished settings of every cell (by best valid loss, ties by "
+        "trial id) trained again with --seeds seeds the sweep has not used, for the space's "
+        "full epochs, without early stopping. Its runs are tagged round=confirm; the search's "
+        "tables leave them out, and `results confirmed` compares the cells on them.",
+    )
+    add_sweep_name(confirm)
+    confirm.add_argument("--top", type=int, required=True, metavar="K", help="settings a cell")
+    confirm.add_argument(
+        "--seeds", type=int, required=True, metavar="N", help="new seeds a setting (at least 2)"
+    )
+    add_address(confirm)
+    add_storage_path(confirm)
+    add_json(confirm)
+    confirm.set_defaults(run=cmd_confirm)
+
+
 def add_check(ssub):
     check = ssub.add_parser(
         "check",
@@ -227,6 +257,14 @@ def add_plan(ssub):
         type=int,
         metavar="N",
         help="CPU cores the sweep will have (default: this machine's, for a space of CPU trials)",
+    )
+    plan.add_argument(
+        "--confirm",
+        type=int,
+        nargs=2,
+        metavar=("TOP", "SEEDS"),
+        help="add a confirmation round, `sweep confirm NAME --top TOP --seeds SEEDS`: TOP "
+        "settings a cell, each run again with SEEDS seeds for every epoch",
     )
     add_json(plan, "plan")
     plan.set_defaults(run=cmd_plan)
@@ -433,6 +471,21 @@ def cmd_extend(args):
     )
 
 
+def cmd_confirm(args):
+    from ..sweep.lifecycle import confirm_sweep
+
+    return sweep_then_report(
+        lambda: confirm_sweep(
+            args.name,
+            top=args.top,
+            seeds=args.seeds,
+            address=args.address,
+            storage_path=args.storage_path,
+        ),
+        args.json,
+    )
+
+
 def cmd_check(args):
     from ..data import load_dataset
     from ..search.space import load_space
@@ -462,11 +515,12 @@ def cmd_plan(args):
 
     import torch
 
-    from ..search.plan import plan, timed_on, timing_data, totals
+    from ..search.plan import confirm_trials, plan, timed_on, timing_data, totals
     from ..search.space import load_space
     from .output import print_json
 
     space = load_space(args.space, preset=args.preset, overrides=args.overrides)
+    confirmed = confirm_trials(space, args.confirm)
     on_gpu = args.gpus is not None or (args.cpus is None and space.resources.gpu > 0)
     per_trial = space.resources.gpu if on_gpu else space.resources.cpu
     if per_trial <= 0:
@@ -487,6 +541,7 @@ def cmd_plan(args):
         data,
         args.scheduler,
         on_progress=lambda cell: print(f"  timing {cell}", file=sys.stderr),
+        confirmed=confirmed,
     )
     unit = "GPU" if on_gpu else "CPU"
     total = totals(rows, per_trial, devices)
@@ -527,18 +582,21 @@ def print_plan(rows, total, *, scheduler, unit, devices, per_trial, timed_on):
         per_trial: how many of them a trial holds.
         timed_on: the device and data the cells were timed on.
     """
+    confirm = sum(r.confirm_epochs for r in rows)
     print(
         f"{'cell':<18} {'params':>11} {'s/epoch':>8} {'FIFO trial-epochs':>17} "
-        f"{scheduler + ' (expected)':>20} {'hours':>7}"
+        f"{scheduler + ' (expected)':>20}{' confirm' if confirm else ''} {'hours':>7}"
     )
     for row in rows:
         print(
             f"{row.cell:<18} {row.params:>11,} {row.epoch_seconds:>8.2f} "
-            f"{row.fifo_epochs:>17,} {row.expected_epochs:>20,.0f} {row.seconds / 3600:>7.2f}"
+            f"{row.fifo_epochs:>17,} {row.expected_epochs:>20,.0f}"
+            f"{f' {row.confirm_epochs:>7,}' if confirm else ''} {row.seconds / 3600:>7.2f}"
         )
     print(
         f"total: {sum(r.fifo_epochs for r in rows):,} trial-epochs under FIFO, "
-        f"{sum(r.expected_epochs for r in rows):,.0f} expected; "
+        f"{sum(r.expected_epochs for r in rows):,.0f} expected"
+        f"{f', {confirm:,} to confirm' if confirm else ''}; "
         f"{total['trial_seconds'] / 3600:.2f} hours of trials, {total['device_hours']:.2f} "
         f"{unit}-hours; wall about {total['wall_seconds'] / 3600:.2f} h on {devices:g} "
         f"{unit}s ({per_trial:g} a trial), timed on {timed_on}"

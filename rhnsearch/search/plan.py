@@ -2,6 +2,7 @@
 training and validation batches of the cell's model on this machine's device), times the
 trial-epochs the cell runs: every epoch of every trial under FIFO, and under ASHA the epochs
 its rungs are expected to keep, found by replaying the scheduler's own rule on simulated
+trials; and those of a confirmation round (`sweep confirm`), every epoch of each of its
 trials."""
 
 import dataclasses
@@ -35,11 +36,12 @@ class CellPlan:
     epoch_seconds: float
     fifo_epochs: int  # trial-epochs of the cell's trials run to the end
     expected_epochs: float  # trial-epochs under the space's scheduler
-    trials: int
+    trials: int  # the confirmation round's too
+    confirm_epochs: int = 0  # trial-epochs of a confirmation round (`sweep confirm`)
 
     @property
     def seconds(self) -> float:
-        return self.epoch_seconds * self.expected_epochs
+        return self.epoch_seconds * (self.expected_epochs + self.confirm_epochs)
 
 
 def typical(distribution) -> object:
@@ -144,9 +146,16 @@ def timing_data(space: Space, data_dir=None) -> tuple[object, str]:
         return SIZED[space.dataset](), f"random tokens of {space.dataset.upper()}'s size"
 
 
-def plan(space: Space, data, scheduler: str | None = None, on_progress=None) -> list[CellPlan]:
-    """The cost of each cell of SPACE (its scheduler, or SCHEDULER) timed on DATA;
-    ON_PROGRESS(cell) is called as each cell is timed."""
+def plan(
+    space: Space,
+    data,
+    scheduler: str | None = None,
+    on_progress=None,
+    confirmed: int = 0,
+) -> list[CellPlan]:
+    """The cost of each cell of SPACE (its scheduler, or SCHEDULER) timed on DATA, with that
+    of a confirmation round of CONFIRMED trials a cell (`confirm_trials`), each run for every
+    epoch; ON_PROGRESS(cell) is called as each cell is timed."""
     scheduler = scheduler or space.scheduler.name
     per_cell = space.samples * space.seeds
     cells = space.cells_for(data)
@@ -171,10 +180,26 @@ def plan(space: Space, data, scheduler: str | None = None, on_progress=None) -> 
                 epoch_seconds(config, data),
                 per_cell * space.epochs,
                 per_cell * share,
-                per_cell,
+                per_cell + confirmed,
+                confirmed * space.epochs,
             )
         )
     return rows
+
+
+def confirm_trials(space: Space, confirm: tuple[int, int] | None) -> int:
+    """The trials a cell of a confirmation round CONFIRM = (top, seeds) of a sweep of SPACE:
+    its top settings, each run with that many new seeds (0 without one); a one-line UserError
+    where `sweep confirm` would refuse them."""
+    if confirm is None:
+        return 0
+    top, seeds = confirm
+    if not 1 <= top <= space.samples or seeds < 2:
+        raise UserError(
+            f"--confirm {top} {seeds}: confirm 1 to {space.samples} setting(s) a cell (the "
+            "space's samples), with at least 2 seeds each"
+        )
+    return top * seeds
 
 
 def timed_on(space: Space) -> str:

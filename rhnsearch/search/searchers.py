@@ -4,7 +4,8 @@ one cell's losses never steer another's search. A hyperparameter the cell's arch
 (t_bias without transform gates) is not sampled for it.
 
 A sweep's trials come in rounds: its first, then one per `sweep extend`, each a set of slots
-(setting k of a cell, run with seed s) that the earlier rounds did not have. Setting k of a
+(setting k of a cell, run with seed s) that the earlier rounds did not have; a confirmation
+round (`sweep confirm`) runs chosen settings again with new seeds (ConfirmSearcher). Setting k of a
 cell at random is a function of the space's seed, the cell and k alone, so a round drawn later
 goes on with the same stream; the Optuna studies live in the sweep's storage, so a resumed or
 extended sweep goes on with them.
@@ -177,6 +178,45 @@ class CellStudies(CellSearcher):
 
     def saved(self) -> dict:
         return {"next": self.next, "asked": self.asked}  # (which Optuna trial each Tune trial is)
+
+
+class ConfirmSearcher(Searcher):
+    """Tune searcher of a confirmation round (`sweep confirm`): each confirmed setting with each
+    new seed, for the space's full epochs, the first seed of every setting first. Saved like
+    CellSearcher: its position."""
+
+    def __init__(self, constants: dict, confirm):
+        super().__init__(metric=METRIC, mode=MODE)
+        self.configs = [
+            tune_config(
+                {**constants, "epochs": confirm.epochs},
+                c.cell,
+                {**c.setting, "seed": seed, "confirms": c.trial_id},
+            )
+            for seed in confirm.seeds
+            for c in confirm.settings
+        ]
+        self.next = 0
+
+    def set_search_properties(self, metric, mode, config, **spec) -> bool:
+        return True
+
+    def suggest(self, trial_id: str):
+        if self.next >= len(self.configs):
+            return Searcher.FINISHED
+        self.next += 1
+        return self.configs[self.next - 1]
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
+        pass  # its trials are fixed
+
+    def save(self, checkpoint_path: str):
+        with open(checkpoint_path, "wb") as f:
+            pickle.dump({"next": self.next}, f)
+
+    def restore(self, checkpoint_path: str):
+        with open(checkpoint_path, "rb") as f:
+            self.__dict__.update(pickle.load(f))
 
 
 class ObjectJournal(BaseJournalBackend):

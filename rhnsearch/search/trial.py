@@ -18,6 +18,7 @@ from ..train import TrialConfig
 from .space import Space
 
 CONFIG_FIELDS = {f.name for f in fields(TrialConfig)}
+SWEEP_FIELDS = ("cell", "data_dir", "preset", "study", "confirms")  # not TrialConfig's
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,7 @@ class TrialSpec:
     data_dir: str | None = None  # where the worker reads the data (None: the default)
     preset: str | None = None  # the space's preset ("base" without one)
     study: str | None = None
+    confirms: str | None = None  # a confirmation trial: the id of the search trial it repeats
 
     @classmethod
     def from_tune(cls, config: dict, cells: dict) -> TrialSpec:
@@ -37,7 +39,7 @@ class TrialSpec:
         CELLS (the sweep's cells: label -> arch, depth, tied, width, params). A key that is
         neither a sweep's field nor a TrialConfig field is a UserError, never dropped."""
         values = dict(config)
-        sweep = {k: values.pop(k) for k in ("cell", "data_dir", "preset", "study") if k in values}
+        sweep = {k: values.pop(k) for k in SWEEP_FIELDS if k in values}
         if "cell" not in sweep or sweep["cell"] not in cells:
             raise UserError(f"trial config names no cell of the sweep: {sweep.get('cell')!r}")
         cell = dict(cells[sweep["cell"]])
@@ -46,19 +48,27 @@ class TrialSpec:
         if unknown:
             raise UserError(
                 f"trial config has an unknown key {unknown[0]!r}: use the fields of "
-                "TrialConfig, cell, data_dir, preset or study"
+                "TrialConfig, cell, data_dir, preset, study or confirms"
             )
         return cls(TrialConfig(**{**values, **cell}), n_params=n_params, **sweep)
 
     def mlflow_params(self) -> dict[str, str]:
         """The params of the trial's MLflow run: every config field its arch reads, its cell,
-        n_params, the preset and study, and the task's loss unit (not the data dir, a path
-        on the cluster)."""
+        n_params, the preset and study, the search trial a confirmation trial repeats, and the
+        task's loss unit (not the data dir, a path on the cluster)."""
         params = {
             **asdict(self.config),
             "cell": self.cell,
             "n_params": self.n_params,
-            **{k: v for k, v in (("preset", self.preset), ("study", self.study)) if v is not None},
+            **{
+                k: v
+                for k, v in (
+                    ("preset", self.preset),
+                    ("study", self.study),
+                    ("confirms", self.confirms),
+                )
+                if v is not None
+            },
             "loss_unit": get_task(self.config.task).loss_unit,
         }
         for unused in resolve_arch(self.config.arch).unused:
@@ -81,5 +91,6 @@ def tune_constants(space: Space, data_dir: str, preset: str | None) -> dict:
 
 def tune_config(constants: dict, cell: str, setting: dict) -> dict:
     """A trial's Tune config: the sweep's CONSTANTS (`tune_constants`), its CELL's label and
-    its SETTING (the sampled hyperparameters, and its seed)."""
+    its SETTING (the sampled hyperparameters, and its seed; a confirmation trial's also the
+    search trial it repeats, `confirms`)."""
     return {**constants, "cell": cell, **setting}

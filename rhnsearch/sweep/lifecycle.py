@@ -1,6 +1,6 @@
 """Run a search space on Ray Tune: trials sampled at random or by Optuna, stopped early by the
 space's scheduler, recorded in MLflow; an interrupted sweep resumes by name, a finished one
-is extended by name.
+is extended, or its best settings confirmed with new seeds, by name.
 
 A sweep is its record (record.SweepRecord), saved in its folder of the storage, `STORAGE/NAME`
 (results/sweeps by default, a shared directory or a bucket URI on a cluster), beside Tune's
@@ -33,9 +33,10 @@ from ..errors import UserError, first_line
 from ..provenance import provenance_tags
 from ..search.plan import load_plan, planned_hours
 from ..search.scheduler import CellASHAScheduler
-from ..search.searchers import METRIC, MODE, build_searcher, round_slots
+from ..search.searchers import METRIC, MODE, ConfirmSearcher, build_searcher, round_slots
 from ..search.space import Space, load_space
 from ..search.trial import tune_constants
+from ..tracking import store
 from ..tracking.callback import MLflowTracker
 from ..tracking.datasets import dataset_input
 from ..tracking.sender import sender_for
@@ -52,6 +53,7 @@ from .checkpoints import (
     repair_checkpoint_names,
 )
 from .close import close_sweep
+from .confirm import confirmation
 from .layout import LOCAL_SWEEPS, SweepPaths, round_name, sweep_storage
 from .record import Round, SweepRecord, read_record, write_record
 from .trainable import run_trial
@@ -268,15 +270,22 @@ def log_sweep_params(client: MlflowClient, record: SweepRecord, space: Space):
 
 def build_tuner(space: Space, record: SweepRecord, function=run_trial) -> tune.Tuner:
     """The Tuner of the sweep's last round: its searcher, scheduler, MLflow callback and
-    storage; its trials run FUNCTION (`run_trial`; benchmarks/driver_load.py gives one that
-    only reports)."""
+    storage (a confirmation round: its settings and seeds, under FIFO); its trials run
+    FUNCTION (`run_trial`; benchmarks/driver_load.py gives one that only reports)."""
     name, cells, paths = record.name, record.cells, record.paths
     constants = tune_constants(space, record.data_dir, record.preset)
     last = record.rounds[-1]
-    slots = round_slots(last.samples, last.seeds, last.done)
-    searcher = build_searcher(space, cells, constants, slots, record.search, paths.sweep, name)
+    if last.confirm:
+        searcher = ConfirmSearcher(constants, last.confirm)
+        count = len(searcher.configs)
+    else:
+        slots = round_slots(last.samples, last.seeds, last.done)
+        searcher = build_searcher(space, cells, constants, slots, record.search, paths.sweep, name)
+        count = len(slots) * len(cells)
     tracker = MLflowTracker(record.parent_run, cells)
-    scheduler = build_scheduler(space, record.scheduler, paths.scheduler_state)
+    scheduler = build_scheduler(
+        space, "fifo" if last.confirm else record.scheduler, paths.scheduler_state
+    )
     filesystem, path = storage.split(record.storage)
     return tune.Tuner(
         trainable(space, cells, function),
@@ -285,7 +294,7 @@ def build_tuner(space: Space, record: SweepRecord, function=run_trial) -> tune.T
             mode=MODE,
             search_alg=searcher,
             scheduler=scheduler,
-            num_samples=len(slots) * len(cells),
+            num_samples=count,
             # a searcher of one's own gets one trial pending at a time from Tune: the slots
             # of the cluster are asked for instead
             max_concurrent_trials=space.max_concurrent
@@ -425,7 +434,8 @@ def extend_sweep(
         )
     extended = Space.model_validate({**record.space, "samples": samples, "seeds": seeds})
     start_ray(address, extended.cell_modules)
-    record = record.extended(extended.model_dump(mode="json"), extended.num_trials)
+    added = extended.num_trials - space.num_trials  # the trials before: those of any confirm too
+    record = record.extended(extended.model_dump(mode="json"), record.trials + added)
     write_record(record)
     client.update_run(parent, status="RUNNING")
     client.set_tag(
@@ -436,6 +446,68 @@ def extend_sweep(
     )
     client.log_dict(parent, record.space, "space.json")
     return finish(build_tuner(extended, record), record)
+
+
+def confirm_sweep(
+    name: str,
+    *,
+    top: int,
+    seeds: int,
+    address: str | None = None,
+    storage_path: str | None = None,
+) -> dict:
+    """Train the TOP best settings of every cell of a finished sweep again, each with SEEDS
+    seeds the sweep has not used, for the space's full epochs and without early stopping, as a
+    confirmation round under the same parent run: its runs are tagged round=confirm, with the
+    search trial each repeats as their param `confirms` (results.confirmed makes their table).
+    The settings and seeds are chosen from MLflow once and kept in the sweep's record, so a
+    resume runs the same. Returns the summary (`finish`).
+
+    Args:
+        name: The sweep's name.
+        top: Settings a cell, at least 1 and at most the cell's finished settings.
+        seeds: Seeds a setting, at least 2 (an interval needs two).
+        address: The Ray cluster's address; None: a local Ray.
+        storage_path: The storage root the sweep ran in; None: ``$RHNSEARCH_STORAGE``, else
+            results/sweeps.
+    """
+    if top < 1 or seeds < 2:
+        raise UserError(
+            f"sweep confirm: --top {top} --seeds {seeds}: confirm at least 1 setting a cell "
+            "with at least 2 seeds each (an interval over seeds needs two)"
+        )
+    record = load_record(name, storage_path, address)
+    space = Space.model_validate(record.space)
+    check_store(record.tracking_uri)
+    client = MlflowClient(record.tracking_uri)
+    parent = record.parent_run_id
+    if client.get_run(parent).info.status != "FINISHED":
+        raise UserError(
+            f"sweep {name} has not finished: `rhnsearch sweep resume {name}` finishes it, "
+            "then confirm it"
+        )
+    experiment = client.get_experiment(record.experiment_id).name
+    exp = store.Experiment(experiment, record.experiment_id, record.tracking_uri, client)
+    runs = store.trials(exp, name)
+    confirm = confirmation(
+        runs,
+        lambda run_id: client.get_run(run_id).data.params,
+        space,
+        list(record.cells),
+        top=top,
+        seeds=seeds,
+    )
+    start_ray(address, space.cell_modules)
+    record = record.confirmed(confirm)
+    write_record(record)
+    client.update_run(parent, status="RUNNING")
+    client.set_tag(
+        parent,
+        f"confirmed_{len(record.rounds) - 1}",
+        f"the {top} best setting(s) a cell with seeds {', '.join(map(str, confirm.seeds))}, "
+        f"{confirm.epochs} epochs ({datetime.now().isoformat(timespec='seconds')})",
+    )
+    return finish(build_tuner(space, record), record)
 
 
 def finish(tuner, record: SweepRecord) -> dict:

@@ -1,7 +1,7 @@
 """A sweep's record: what `sweep run` settled (the space, search, scheduler, cells and plan),
 where the sweep is recorded (its MLflow parent run) and stored, and its rounds of trials. One
-frozen value; a change (`sweep extend`) makes a new one. Saved as the sweep's state file
-(layout.STATE_FILE), which resume, extend and status read back.
+frozen value; a change (`sweep extend`, `sweep confirm`) makes a new one. Saved as the sweep's
+state file (layout.STATE_FILE), which resume, extend, confirm and status read back.
 """
 
 import json
@@ -13,14 +13,63 @@ from .layout import SweepPaths
 
 
 @dataclass(frozen=True)
+class Confirmed:
+    """A setting a confirmation round runs again: its search trial's id (TRIAL_ID), its cell's
+    label and the hyperparameters that trial sampled (SETTING, its seed not among them)."""
+
+    cell: str
+    trial_id: str
+    setting: dict
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """What `sweep confirm` runs: each of SETTINGS (the best of each cell) with each of SEEDS
+    (new to the sweep), for the space's full EPOCHS, without early stopping."""
+
+    settings: tuple[Confirmed, ...]
+    seeds: tuple[int, ...]
+    epochs: int
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Confirmation":
+        return cls(
+            tuple(Confirmed(**s) for s in data["settings"]), tuple(data["seeds"]), data["epochs"]
+        )
+
+    @property
+    def trials(self) -> int:
+        return len(self.settings) * len(self.seeds)
+
+
+@dataclass(frozen=True)
 class Round:
-    """A round of a sweep's trials (its first, then one per `sweep extend`): it brings the sweep
-    to SAMPLES settings a cell, each run with SEEDS seeds, where DONE (settings, seeds) had run
-    in the rounds before."""
+    """A round of a sweep's trials (its first, then one per `sweep extend` or `sweep
+    confirm`): it brings the sweep to SAMPLES settings a cell, each run with SEEDS seeds, where
+    DONE (settings, seeds) had run in the rounds before; a confirmation round (CONFIRM) runs
+    settings of the search again instead, and leaves SAMPLES and SEEDS as they were."""
 
     samples: int
     seeds: int
     done: tuple[int, int] = (0, 0)
+    confirm: Confirmation | None = None
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Round":
+        confirm = data.get("confirm")
+        return cls(
+            data["samples"],
+            data["seeds"],
+            tuple(data.get("done", (0, 0))),
+            confirm and Confirmation.from_json(confirm),
+        )
+
+    def to_json(self) -> dict:
+        """The round's JSON (`confirm` only in a confirmation round: the keys of old files)."""
+        data = {**asdict(self), "done": list(self.done)}
+        if self.confirm is None:
+            del data["confirm"]
+        return data
 
 
 @dataclass(frozen=True)
@@ -59,7 +108,7 @@ class SweepRecord:
     cells: dict[str, dict]  # label ('rhn d4 w96') -> arch, depth, tied, width, params
     space: dict  # Space.model_dump(mode="json") of the last round (validated when run)
     plan: dict | None  # the plan of `sweep plan --json` given with --plan
-    rounds: tuple[Round, ...]  # the first, then one per extend
+    rounds: tuple[Round, ...]  # the first, then one per extend or confirm
 
     @classmethod
     def from_json(cls, data: dict) -> "SweepRecord":
@@ -72,9 +121,7 @@ class SweepRecord:
                 **data,
                 "plan": data.get("plan"),
                 "overrides": tuple(data["overrides"]),
-                "rounds": tuple(
-                    Round(r["samples"], r["seeds"], tuple(r.get("done", (0, 0)))) for r in rounds
-                ),
+                "rounds": tuple(Round.from_json(r) for r in rounds),
             }
         )
 
@@ -82,7 +129,7 @@ class SweepRecord:
         """The state file's JSON (`rounds` only once the sweep has been extended)."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["overrides"] = list(self.overrides)
-        data["rounds"] = [{**asdict(r), "done": list(r.done)} for r in self.rounds]
+        data["rounds"] = [r.to_json() for r in self.rounds]
         if len(self.rounds) == 1:
             del data["rounds"]
         return data
@@ -100,6 +147,12 @@ class SweepRecord:
         all, the earlier rounds' settings and seeds done."""
         last = Round(space["samples"], space["seeds"], (self.space["samples"], self.space["seeds"]))
         return replace(self, space=space, trials=trials, rounds=(*self.rounds, last))
+
+    def confirmed(self, confirm: Confirmation) -> "SweepRecord":
+        """The record with a confirmation round of CONFIRM's trials; the space as it was."""
+        done = (self.space["samples"], self.space["seeds"])
+        last = Round(*done, done, confirm)
+        return replace(self, trials=self.trials + confirm.trials, rounds=(*self.rounds, last))
 
 
 def read_record(root: str, name: str) -> SweepRecord:

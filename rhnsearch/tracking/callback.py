@@ -16,6 +16,7 @@ from ..search.trial import TrialSpec
 from ..sweep.layout import SweepPaths
 from ..sweep.record import ParentRun
 from .sender import sender_for
+from .store import CONFIRM
 
 SKIP_RESULT_KEYS = {
     "status",
@@ -93,9 +94,9 @@ class MLflowTracker(Callback):
         self.sender.put(self.sender.journal.append(record))
 
     def start_run(self, trial):
-        """Record the trial's params (`TrialSpec.mlflow_params`) and dataset, once per trial
-        and driver (again after a resume: the same values, which MLflow takes again without
-        change)."""
+        """Record the trial's params (`TrialSpec.mlflow_params`) and dataset, and tag a
+        confirmation trial's run round=confirm, once per trial and driver (again after a
+        resume: the same values, which MLflow takes again without change)."""
         if trial.trial_id in self.started:
             return
         self.started.add(trial.trial_id)
@@ -105,6 +106,7 @@ class MLflowTracker(Callback):
             name=f"{spec.config.arch}-d{spec.config.depth}-{trial.trial_id}",
             dataset=spec.config.dataset,
             params=[Param(k, v) for k, v in spec.mlflow_params().items()],
+            tags=[RunTag("round", CONFIRM)] if spec.confirms else [],
         )
 
     def on_trial_start(self, iteration, trials, trial, **info):

@@ -27,15 +27,17 @@ ID_COLUMNS = [
     "run_id",
     "run_name",
     "trial_id",
+    "round",
     "status",
     "stopped_at_epoch",
     "run_status",
     "start_time",
     "end_time",
 ]
+CONFIRM = "confirm"  # the `round` tag of a confirmation trial (`sweep confirm`); else "search"
 FIRST_PARAMS = ["study", "dataset", "preset", "arch", "depth", "width", "tied", "n_params"]
 FIRST_METRICS = ["epoch", "train_loss", "valid_loss", "best_valid_loss", "test_loss", "best_epoch"]
-NOT_SETTINGS = {"params.seed", "params.width", "params.n_params", "params.cell"}
+NOT_SETTINGS = {"params.seed", "params.width", "params.n_params", "params.cell", "params.confirms"}
 LOG_SPAN = 20  # a positive setting spanning more than this factor is read on a log scale
 SQL_MAX_FLOAT = 1.7976931348623157e308  # how MLflow's SQL stores +-inf
 # the tags that say what produced a run, as columns (rhnsearch.provenance)
@@ -154,8 +156,9 @@ def _ordered(names, first) -> list:
 
 
 def trials(exp: Experiment, sweep: str | None = None) -> pd.DataFrame:
-    """One row per trial (child run) of the experiment, or of one sweep: ids, status tags,
-    typed params and the final value of every metric."""
+    """One row per trial (child run) of the experiment, or of one sweep: ids, its round
+    (search, or confirm for a confirmation trial), status tags, typed params and the final
+    value of every metric."""
     query = "tags.mlflow.parentRunId != ''"
     if sweep is not None:
         query += f" and tags.sweep = '{sweep}'"
@@ -177,6 +180,7 @@ def trials(exp: Experiment, sweep: str | None = None) -> pd.DataFrame:
                 "run_id": run.info.run_id,
                 "run_name": run.info.run_name,
                 "trial_id": tags.get("trial_id"),
+                "round": tags.get("round", "search"),
                 "status": tags.get("status", "running"),
                 "stopped_at_epoch": tags.get("stopped_at_epoch"),
                 "run_status": run.info.status,
@@ -195,6 +199,7 @@ def trials(exp: Experiment, sweep: str | None = None) -> pd.DataFrame:
         "run_id",
         "run_name",
         "trial_id",
+        "round",
         "status",
         "run_status",
         *PROVENANCE.values(),
@@ -254,10 +259,18 @@ def history(exp: Experiment, runs: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(["sweep", "trial_id", "epoch"], kind="stable").reset_index(drop=True)
 
 
+def search_trials(trials: pd.DataFrame) -> pd.DataFrame:
+    """TRIALS but the confirmation trials (`sweep confirm`): the search's, one per setting and
+    seed, which the tables, plots and findings compare."""
+    kept = trials[trials["round"] != CONFIRM].reset_index(drop=True)
+    return kept.drop(columns="params.confirms", errors="ignore")
+
+
 def sweep_trials(exp: Experiment, sweep: str | None = None) -> tuple[pd.Series, pd.DataFrame]:
-    """The sweep NAME (default: the latest) of the experiment and its trials."""
+    """The sweep NAME (default: the latest) of the experiment and its search trials
+    (`search_trials`)."""
     chosen = pick_sweep(exp, sweep)
-    return chosen, trials(exp, chosen["sweep"])
+    return chosen, search_trials(trials(exp, chosen["sweep"]))
 
 
 def hyperparameters(trials: pd.DataFrame) -> list[str]:

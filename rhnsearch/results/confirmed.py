@@ -1,0 +1,123 @@
+"""The cells compared on their confirmed settings (`sweep confirm`): each confirmed setting's
+mean best valid loss over its new seeds, with a 95% t-interval over them; each cell's best
+confirmed setting (the lowest mean); and the gap of every cell's best to the best cell's, with
+a 95% Welch interval. Unlike the search's best of a cell, a setting's mean over fresh seeds is
+not biased by having been chosen: the intervals say how much the seeds move it."""
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from ..errors import UserError
+from ..tracking import store
+from .uncertainty import LEVEL, excludes_zero, shown
+
+LOSS = "metrics.best_valid_loss"
+
+
+def confirmation_losses(trials: pd.DataFrame) -> pd.DataFrame:
+    """The confirmation trials of TRIALS (store.trials' frame of a sweep) that completed with a
+    finite best valid loss: cell, confirms (the search trial they repeat), seed and loss; a
+    one-line UserError where the sweep has none."""
+    confirm = trials[(trials["round"] == store.CONFIRM) & (trials["status"] == "completed")]
+    confirm = confirm[np.isfinite(confirm[LOSS].astype(float))]
+    if confirm.empty:
+        raise UserError(
+            "the sweep has no completed confirmation trials: run `rhnsearch sweep confirm "
+            "NAME --top K --seeds N` first"
+        )
+    return pd.DataFrame(
+        {
+            "cell": confirm["params.cell"],
+            "confirms": confirm["params.confirms"].astype(str),
+            "seed": confirm["params.seed"],
+            "loss": confirm[LOSS].astype(float),
+        }
+    ).reset_index(drop=True)
+
+
+def t_interval(losses) -> tuple[float, float] | None:
+    """The 95% t-interval of the mean of LOSSES, or None for fewer than two."""
+    losses = np.asarray(losses, dtype=float)
+    if len(losses) < 2:
+        return None
+    half = stats.t.ppf((1 + LEVEL) / 2, len(losses) - 1) * stats.sem(losses)
+    return float(losses.mean() - half), float(losses.mean() + half)
+
+
+def welch_interval(losses, reference) -> tuple[float, float] | None:
+    """The 95% Welch interval of mean(LOSSES) - mean(REFERENCE), or None if either has fewer
+    than two."""
+    a, b = np.asarray(losses, dtype=float), np.asarray(reference, dtype=float)
+    if len(a) < 2 or len(b) < 2:
+        return None
+    gap = a.mean() - b.mean()
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    se = np.sqrt(va + vb)
+    if se == 0:
+        return float(gap), float(gap)
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    half = stats.t.ppf((1 + LEVEL) / 2, df) * se
+    return float(gap - half), float(gap + half)
+
+
+def confirmed_settings(trials: pd.DataFrame) -> pd.DataFrame:
+    """One row per confirmed setting of TRIALS' sweep, cell by cell, the best first: its cell,
+    the search trial it repeats and that trial's best valid loss, its seeds, their mean best
+    valid loss and its 95% t-interval, and whether it is its cell's best."""
+    losses = confirmation_losses(trials)
+    searched = trials.set_index("trial_id")[LOSS]
+    groups = losses.groupby(["cell", "confirms"], sort=False)["loss"]
+    rows = pd.DataFrame(
+        [
+            {
+                "cell": cell,
+                "confirms": trial_id,
+                "search": float(searched.get(trial_id, np.nan)),
+                "seeds": len(values),
+                "mean": values.mean(),
+                "interval": shown(t_interval(values)),
+            }
+            for (cell, trial_id), values in groups
+        ]
+    )
+    rows = rows.sort_values(["cell", "mean", "confirms"], kind="stable").reset_index(drop=True)
+    return rows.assign(best=~rows["cell"].duplicated())
+
+
+def confirmed_gaps(trials: pd.DataFrame) -> pd.DataFrame:
+    """One row per cell: its best confirmed setting's mean and its gap to the best cell's
+    (the lowest mean), with a 95% Welch interval over the two settings' seeds and whether it
+    excludes 0; the best cell first, its own row without an interval."""
+    losses = confirmation_losses(trials)
+    best = confirmed_settings(trials).query("best").sort_values(["mean", "cell"])
+    seeds = {
+        (cell, trial_id): values.to_numpy()
+        for (cell, trial_id), values in losses.groupby(["cell", "confirms"])["loss"]
+    }
+    reference = seeds[tuple(best.iloc[0][["cell", "confirms"]])]
+    rows = []
+    for k, (cell, trial_id, mean) in enumerate(zip(best["cell"], best["confirms"], best["mean"])):
+        bounds = welch_interval(seeds[cell, trial_id], reference)
+        rows.append(
+            {
+                "cell": cell,
+                "setting": trial_id,
+                "mean": mean,
+                "gap": mean - best.iloc[0]["mean"],
+                "interval": shown(bounds) if k else "(the best cell)",
+                "excludes 0": excludes_zero(bounds) if k else "–",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def confirmed_tables(
+    experiment: str, tracking_uri: str | None = None, sweep: str | None = None
+) -> tuple[str, pd.DataFrame, pd.DataFrame]:
+    """The sweep (default: the latest of EXPERIMENT), its confirmed settings
+    (`confirmed_settings`) and its cells' gaps (`confirmed_gaps`), read from the store."""
+    exp = store.open_experiment(experiment, tracking_uri)
+    chosen = store.pick_sweep(exp, sweep)
+    trials = store.trials(exp, chosen["sweep"])
+    return chosen["sweep"], confirmed_settings(trials), confirmed_gaps(trials)

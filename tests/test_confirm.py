@@ -1,0 +1,136 @@
+"""A confirmation round without a sweep: the choosing of each cell's best settings and of new
+seeds on a hand-made trials frame, the round as a sweep's record keeps it (an old state file
+confirmed, written and read back), the searcher yielding its trials, and the confirmed table
+with its intervals computed by hand."""
+
+import json
+import math
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from rhnsearch.errors import UserError
+from rhnsearch.results.confirmed import confirmed_gaps, confirmed_settings
+from rhnsearch.search.searchers import ConfirmSearcher
+from rhnsearch.search.space import Space
+from rhnsearch.search.trial import TrialSpec
+from rhnsearch.sweep.confirm import new_seeds, sampled_setting, top_settings
+from rhnsearch.sweep.layout import STATE_FILE
+from rhnsearch.sweep.record import Confirmation, Confirmed, Round, read_record, write_record
+
+DATA = Path(__file__).parent / "data"
+
+
+def frame(rows) -> pd.DataFrame:
+    """A trials frame of (trial_id, cell, lr, seed, status, loss[, round, confirms]) rows."""
+    out = pd.DataFrame(
+        [
+            {
+                "trial_id": r[0],
+                "params.cell": r[1],
+                "params.lr": r[2],
+                "params.seed": r[3],
+                "status": r[4],
+                "metrics.best_valid_loss": r[5],
+                "round": r[6] if len(r) > 6 else "search",
+                "params.confirms": r[7] if len(r) > 7 else None,
+                "run_id": f"run-{r[0]}",
+            }
+            for r in rows
+        ]
+    )
+    return out
+
+
+SEARCH = [
+    ("t1", "a", 0.1, 1, "completed", 3.0),
+    ("t2", "a", 0.1, 2, "completed", 2.0),  # the same setting as t1, its best seed
+    ("t3", "a", 0.2, 1, "stopped", 2.5),
+    ("t4", "a", 0.3, 1, "diverged", 1.0),  # not finished: never chosen
+    ("t0", "a", 0.4, 1, "completed", 2.5),  # ties t3: the lower trial id first
+    ("t5", "b", 0.5, 1, "completed", float("nan")),
+    ("t6", "b", 0.6, 1, "completed", 4.0),
+    ("t7", "b", 0.7, 1, "failed", 0.5),
+]
+
+
+def test_top_settings_rank_finished_settings_by_their_best_trial_ties_by_id():
+    trials = frame(SEARCH + [("c1", "b", 0.6, 9, "completed", 0.1, "confirm", "t6")])
+    chosen = top_settings(trials, ["a", "b"], 1, ["lr", "seed"])
+    assert list(chosen["trial_id"]) == ["t2", "t6"]  # a confirmation trial is no setting
+    with pytest.raises(UserError, match=r"--top 2: cell b has 1 finished setting\(s\)"):
+        top_settings(trials, ["a", "b"], 2, ["lr"])
+    chosen = top_settings(frame(SEARCH[:5]), ["a"], 3, ["lr"])
+    assert list(chosen["trial_id"]) == ["t2", "t0", "t3"]
+    assert new_seeds(trials, 3) == (10, 11, 12)
+
+
+def test_a_setting_is_read_back_typed_from_its_mlflow_params():
+    space = Space.model_validate(
+        {
+            **json.loads((DATA / "sweep_state_dd9c428.json").read_text())["space"],
+            "params": {
+                "lr": {"loguniform": [0.01, 1.0]},
+                "bptt": {"randint": [10, 30]},
+                "optimizer": {"choice": ["sgd", "adam"]},
+                "seed": {"randint": [0, 100]},
+            },
+        }
+    )
+    lr = float(np.float64(0.123456789012345678))
+    params = {"lr": str(lr), "bptt": "20", "optimizer": "adam", "seed": "7", "cell": "x"}
+    assert sampled_setting(params, space) == {"lr": lr, "bptt": 20, "optimizer": "adam"}
+
+
+def test_an_old_state_file_is_confirmed_written_and_read_back(tmp_path):
+    (tmp_path / "old").mkdir()
+    shutil.copy(DATA / "sweep_state_dd9c428_extended.json", tmp_path / "old" / STATE_FILE)
+    old = replace(read_record(str(tmp_path), "old"), storage=str(tmp_path))
+    assert old.rounds == (Round(2, 1), Round(3, 1, (2, 1)))  # it still loads, as it was
+    confirm = Confirmation((Confirmed("rhn d1 w19", "t_00001", {"lr": 0.25}),), (5, 6), 6)
+    record = old.confirmed(confirm)
+    assert record.trials == old.trials + 2 and record.space == old.space
+    assert record.rounds[-1] == Round(3, 1, (3, 1), confirm)
+    write_record(record)
+    assert read_record(str(tmp_path), "old") == record
+    assert "confirm" not in json.loads((tmp_path / "old" / STATE_FILE).read_text())["rounds"][0]
+    assert record.paths.round_dirs[-1] == str(tmp_path / "old" / "extend-2")
+    searcher = ConfirmSearcher({"epochs": 99, "seed": 0, "dataset": "jsb"}, confirm)
+    configs = [searcher.suggest(str(i)) for i in range(3)]
+    assert configs[2] == searcher.FINISHED
+    assert [(c["seed"], c["epochs"], c["lr"], c["confirms"]) for c in configs[:2]] == [
+        (5, 6, 0.25, "t_00001"),
+        (6, 6, 0.25, "t_00001"),
+    ]
+    spec = TrialSpec.from_tune(configs[0], record.cells)
+    assert spec.confirms == "t_00001" and spec.mlflow_params()["confirms"] == "t_00001"
+
+
+def test_the_confirmed_table_has_a_t_interval_per_setting_and_welch_gaps():
+    a1, a2, b1 = [2.0, 2.2, 2.4], [2.5, 2.6, 2.7], [3.0, 3.5, 3.1]
+    confirm = [
+        (f"c{cell}{i}", cell, 0, 10 + i, "completed", loss, "confirm", of)
+        for cell, of, losses in (("a", "t2", a1), ("a", "t0", a2), ("b", "t6", b1))
+        for i, loss in enumerate(losses)
+    ]
+    trials = frame(SEARCH + confirm + [("cx", "b", 0, 13, "diverged", 1.0, "confirm", "t6")])
+    table = confirmed_settings(trials)
+    assert list(zip(table["cell"], table["confirms"], table["best"])) == [
+        ("a", "t2", True),
+        ("a", "t0", False),
+        ("b", "t6", True),
+    ]
+    assert list(table["seeds"]) == [3, 3, 3] and list(table["search"]) == [2.0, 2.5, 4.0]
+    half = stats.t.ppf(0.975, 2) * np.std(a1, ddof=1) / math.sqrt(3)
+    assert table["mean"][0] == pytest.approx(2.2)
+    assert table["interval"][0] == f"[{2.2 - half:.4g}, {2.2 + half:.4g}]"
+    gaps = confirmed_gaps(trials)
+    assert list(gaps["cell"]) == ["a", "b"] and gaps["gap"][1] == pytest.approx(3.2 - 2.2)
+    welch = stats.ttest_ind(b1, a1, equal_var=False).confidence_interval(0.95)
+    assert gaps["interval"][1] == f"[{welch.low:.4g}, {welch.high:.4g}]"
+    assert list(gaps["excludes 0"]) == ["–", "yes"]
