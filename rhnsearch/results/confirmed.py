@@ -10,7 +10,7 @@ from scipy import stats
 
 from ..errors import UserError
 from ..tracking import store
-from .uncertainty import LEVEL, excludes_zero, shown
+from .uncertainty import LEVEL, shown
 
 LOSS = "metrics.best_valid_loss"
 
@@ -61,6 +61,10 @@ def welch_interval(losses, reference) -> tuple[float, float] | None:
     return float(gap - half), float(gap + half)
 
 
+def excludes_zero(bounds: tuple[float, float]) -> str:
+    return "yes" if bounds[0] > 0 or bounds[1] < 0 else "no"
+
+
 def confirmed_settings(trials: pd.DataFrame) -> pd.DataFrame:
     """One row per confirmed setting of TRIALS' sweep, cell by cell, the best first: its cell,
     the search trial it repeats and that trial's best valid loss, its seeds, their mean best
@@ -106,7 +110,7 @@ def confirmed_gaps(trials: pd.DataFrame) -> pd.DataFrame:
                 "mean": mean,
                 "gap": mean - best.iloc[0]["mean"],
                 "interval": shown(bounds) if k else "(the best cell)",
-                "excludes 0": excludes_zero(bounds) if k else "–",
+                "excludes 0": "–" if not k or bounds is None else excludes_zero(bounds),
             }
         )
     return pd.DataFrame(rows)
