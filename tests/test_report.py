@@ -24,7 +24,16 @@ from conftest import OWN_CELL, ROOT, SmokeSweep, rhnsearch_cli, rhnsearch_main
 
 ARTIFACTS = Path(os.environ.get("RHNSEARCH_TEST_ARTIFACTS", ROOT / "results" / "test-artifacts"))
 
-SECTIONS = ["header", "figure", "table", "curves", "parallel", "importance", "provenance"]
+SECTIONS = [
+    "header",
+    "figure",
+    "table",
+    "confirmed",
+    "curves",
+    "parallel",
+    "importance",
+    "provenance",
+]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 NOT_SETTINGS = {"seed", "width", "n_params", "cell"}
 

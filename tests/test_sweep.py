@@ -892,7 +892,11 @@ def check_confirm_round(client: MlflowClient, exp, uri: str, tmp_path: Path):
     assert after.info.run_id == parent and after.info.status == "FINISHED"
     assert table("jsb_optimization", uri, "ext") == searched
     report = client.download_artifacts(parent, "report/report.html", str(tmp_path / "results"))
-    assert "16 trials" in Path(report).read_text()
+    page = Path(report).read_text()
+    assert (
+        "16 trials" in page and 'id="confirmed-settings"' in page and 'id="confirmed-gaps"' in page
+    )
+    assert all(run.data.tags["trial_id"] in page for run in best.values())  # each cell's row
     trials = load_trials("jsb_optimization", tracking_uri=uri, sweep="ext")
     assert trials["round"].value_counts().to_dict() == {"search": 16, "confirm": 8}
     proc = rhnsearch_main(

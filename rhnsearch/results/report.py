@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from ..errors import UserError, first_line
 from ..provenance import TAGS
 from ..tracking import store
-from . import arch_label, importance, plots, tables
+from . import arch_label, confirmed, importance, plots, tables
 from .export import atomic, check_out, html_table
 from .studies import Kind, kind_of
 
@@ -27,6 +27,7 @@ SECTIONS = {
     "header": "Sweep",
     "figure": "The study's figure",
     "table": "Measured and published",
+    "confirmed": "Confirmed settings",
     "curves": "Learning curves",
     "parallel": "Settings (parallel coordinates)",
     "importance": "Hyperparameter importance",
@@ -236,6 +237,32 @@ def study_table(chosen: pd.Series, trials: pd.DataFrame) -> str:
     )
 
 
+def confirmed_section(every: pd.DataFrame) -> str:
+    """The confirmation round's tables (`results/confirmed.py`), or how to run one."""
+    if not (every["round"] == store.CONFIRM).any():
+        return note(
+            "No confirmation round: `rhnsearch sweep confirm NAME --top K --seeds N` re-trains "
+            "each cell's K best settings with N new seeds at the full budget, without early "
+            "stopping, and this section then compares the cells on them."
+        )
+    try:
+        settings, gaps = confirmed.confirmed_settings(every), confirmed.confirmed_gaps(every)
+    except UserError as exc:
+        return note(str(exc))
+    return html_table(
+        settings,
+        "Each confirmed setting: the search trial it repeats and that trial's best_valid_loss, "
+        "its new seeds that completed, their mean best_valid_loss and its 95% t-interval over "
+        "the seeds; `best`: its cell's lowest mean.",
+        "confirmed-settings",
+    ) + html_table(
+        gaps,
+        "Each cell's best confirmed setting against the best cell's: the gap of their means "
+        "with a 95% Welch interval over their seeds.",
+        "confirmed-gaps",
+    )
+
+
 def parallel(chosen: pd.Series, trials: pd.DataFrame) -> str:
     names = store.hyperparameters(trials)
     if not names:
@@ -323,13 +350,16 @@ def provenance(exp: store.Experiment, chosen: pd.Series, parent) -> str:
 
 def render(exp: store.Experiment, sweep: str | None = None, top: int = 5) -> str:
     """The report page of a sweep of EXP (default: its latest), as HTML text."""
-    chosen, trials = store.sweep_trials(exp, sweep)
+    chosen = store.pick_sweep(exp, sweep)
+    every = store.trials(exp, chosen["sweep"])
+    trials = store.search_trials(every)
     parent = exp.client.get_run(chosen["run_id"])
     title = f"{exp.name} · sweep {chosen['sweep']} · {tables.sweep_dataset(trials)}"
     body = {
         "header": header(exp, chosen, trials, parent),
         "figure": study_figure(chosen, trials),
         "table": study_table(chosen, trials),
+        "confirmed": confirmed_section(every),
         "curves": drawn(
             lambda: plots.curves(chosen, trials, exp, top),
             f"valid loss per epoch of the top {top} trials",
