@@ -582,3 +582,18 @@ def test_commands_that_run_no_sweep_leave_the_working_dir_empty(case, tmp_path, 
     else:
         assert proc.returncode == 0, proc.stderr
     assert os.listdir(cwd) == [] and not store.exists()
+
+
+@pytest.mark.parametrize("wait", ["soon", "-1", "inf"])
+def test_a_bad_mlflow_wait_is_one_line_before_anything_is_stored(wait, tmp_path, data_dir):
+    """$RHNSEARCH_MLFLOW_WAIT (how long a finished sweep waits for an unreachable tracking
+    server) that is not a number of seconds: one line, exit 2, nothing written."""
+    proc = rhnsearch_main(
+        *("sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir", data_dir),
+        *UNREACHABLE_RAY,
+        cwd=tmp_path,
+        check=False,
+        env={"RHNSEARCH_MLFLOW_WAIT": wait},
+    )
+    one_line_error(proc.returncode, proc.stderr, "RHNSEARCH_MLFLOW_WAIT")
+    assert os.listdir(tmp_path) == []

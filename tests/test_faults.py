@@ -770,6 +770,7 @@ def test_mlflow_down_to_the_end_then_resume_elsewhere_sends_what_was_kept(
         "--set",
         f"fixed.epochs={epochs}",
         storage=storage,
+        env={"RHNSEARCH_MLFLOW_WAIT": "2"},  # not 30 s: gone for good
     )
     wait_until(
         lambda: any(r.data.metrics.get("epoch", 0) >= 1 for r in child_runs(mlflow_srv.uri)),

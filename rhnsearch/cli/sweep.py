@@ -414,6 +414,9 @@ def sweep_then_report(sweep, as_json) -> int:
     disconnected before the line is printed, so no late message can follow it."""
     import ray
 
+    from ..tracking.sender import drain_seconds
+
+    drain_seconds()  # a bad $RHNSEARCH_MLFLOW_WAIT is refused before anything is stored
     with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
         try:
             summary = sweep()

@@ -39,7 +39,7 @@ from ..search.trial import tune_constants
 from ..tracking import store
 from ..tracking.callback import MLflowTracker
 from ..tracking.datasets import dataset_input
-from ..tracking.sender import sender_for
+from ..tracking.sender import drain_seconds, sender_for
 from ..tracking.uris import (
     check_store,
     get_experiment,
@@ -513,13 +513,14 @@ def confirm_sweep(
 def finish(tuner, record: SweepRecord) -> dict:
     """Run the Tuner, wait until MLflow has every record, then close the sweep (`close_sweep`);
     returns its summary, read back from MLflow."""
+    wait = drain_seconds()
     start = time.monotonic()
     ray_compat.quiet_result_grid()  # Tune's file loggers are off (start_ray)
     results = tuner.fit()
     storage.LATER.wait()  # the scheduler's state and the checkpoints' pruning
     trials_seconds = time.monotonic() - start
     sender = sender_for(record.parent_run)
-    if not sender.drain():
+    if not sender.drain(wait):
         kept = sender.journal.mirror or sender.journal.path
         raise UserError(
             f"sweep {record.name}: every trial ended but MLflow at "

@@ -7,6 +7,7 @@ time."""
 
 import itertools
 import logging
+import os
 import queue
 import threading
 import time
@@ -15,7 +16,7 @@ from pathlib import Path
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
-from ..errors import first_line
+from ..errors import UserError, first_line
 from ..provenance import provenance_tags
 from ..sweep.record import ParentRun
 from .datasets import dataset_input
@@ -26,6 +27,7 @@ QUEUE_SIZE = 1000  # records held in memory for the sender; the journal holds th
 BATCH = 500  # records sent at once at most: one request per trial among them
 BACKOFF_SECONDS = (1, 2, 5, 10, 30)  # between attempts while the store does not answer
 DRAIN_SECONDS = 30  # after the trials: how long an unreachable store is waited for
+WAIT_VARIABLE = "RHNSEARCH_MLFLOW_WAIT"  # seconds, in place of DRAIN_SECONDS
 MIRROR_SECONDS = 10  # while the store does not answer: how often waiting records are copied
 
 
@@ -218,6 +220,19 @@ class Sender:
             self._mlflow().set_terminated(run_id, record["end"], record["end_time"])
             if record["end"] == "FINISHED":
                 self.finished.add(trial_id)
+
+
+def drain_seconds() -> float:
+    """How long a sweep whose trials have ended waits for an unreachable store: DRAIN_SECONDS,
+    or $RHNSEARCH_MLFLOW_WAIT; a value that is not a number of seconds is one line."""
+    text = os.environ.get(WAIT_VARIABLE, "").strip()
+    try:
+        seconds = float(text) if text else DRAIN_SECONDS
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        raise UserError(f"${WAIT_VARIABLE}={text!r}: give the seconds to wait for MLflow, e.g. 600")
+    return seconds
 
 
 def merged(records: list[dict]) -> dict:
