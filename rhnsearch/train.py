@@ -382,3 +382,30 @@ class Trainer:
         if state["cuda_rng"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])
         return self
+
+
+def epoch_reports(trainer: Trainer):
+    """The metrics of each epoch TRAINER has left to train, as the Tune trainable reports them:
+    the last with the status the trial ended with (completed or diverged), its best epoch, its
+    test numbers and its training loss there (`Trainer.finish`). A trainer restored from the
+    checkpoint of its last epoch has none left: that epoch is given again, so that the trial
+    still ends on its final result (a resume may restore such a checkpoint in place of an
+    earlier one: sweep/checkpoints.py)."""
+
+    def done() -> bool:
+        return trainer.status != "running" or trainer.epoch >= trainer.config.epochs
+
+    def ended(metrics: dict) -> dict:
+        final = trainer.finish()
+        return {
+            **metrics,
+            **{k: v for k, v in final.items() if k.startswith(("test_", "full_", "best_train_"))},
+            "status": final["status"],
+            "best_epoch": final["best_epoch"],
+        }
+
+    if done() and trainer.history:
+        yield ended(dict(trainer.history[-1]))
+    while not done():
+        metrics = trainer.run_epoch()
+        yield ended(metrics) if done() else metrics

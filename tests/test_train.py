@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from rhnsearch.errors import UserError
-from rhnsearch.train import Trainer, TrialConfig
+from rhnsearch.train import Trainer, TrialConfig, epoch_reports
 
 
 def small(**kw):
@@ -85,8 +85,6 @@ def test_a_trial_restored_from_its_last_epoch_still_ends_on_its_final_result(jsb
     trainer restored from the checkpoint of its last epoch (a resume can restore that one in
     place of an earlier: sweep/checkpoints.py) reports that epoch again with its end, rather
     than nothing, which left the trial's run tagged stopped at the epoch before (seen in CI)."""
-    from rhnsearch.sweep.trainable import epoch_reports
-
     cfg = small(epochs=2)
     trainer = Trainer(cfg, jsb)
     reports = list(epoch_reports(trainer))

@@ -10,7 +10,7 @@ num_to_keep). Before resuming, each such trial gets the checkpoint registered in
 deleted one: the first complete one after it. Tune registers a checkpoint only after it has
 logged its result, so the trial goes on from an epoch that MLflow has (a later checkpoint may
 hold an epoch whose result the killed driver never saw); from its last epoch's, it reports that
-epoch again and ends (trainable.epoch_reports).
+epoch again and ends (train.epoch_reports).
 
 This reads Tune's saved state, whose layout is Tune's own (compat/ray.py): if it is not what is
 expected here, a warning says so and the resume goes on without the repair.

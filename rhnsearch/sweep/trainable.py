@@ -14,7 +14,7 @@ from ray import tune
 
 from ..data import load_dataset
 from ..search.trial import TrialSpec
-from ..train import Trainer
+from ..train import Trainer, epoch_reports
 from .layout import HELD_FILE
 
 ALLOW_CPU_FALLBACK = "RHNSEARCH_ALLOW_CPU_FALLBACK"  # =1: a GPU trial may train on the CPU
@@ -33,33 +33,6 @@ def assigned_gpus() -> list:
             "on the CPU instead)"
         )
     return gpus
-
-
-def epoch_reports(trainer: Trainer):
-    """The metrics of each epoch TRAINER has left to train, the last with the status the
-    trial ended with (completed or diverged), its best epoch, its test numbers and its
-    training loss there (`Trainer.finish`). A trainer
-    restored from the checkpoint of its last epoch has none left: that epoch is given again,
-    so that the trial still ends on its final result (a resume may restore such a checkpoint
-    in place of an earlier one: sweep/checkpoints.py)."""
-
-    def done() -> bool:
-        return trainer.status != "running" or trainer.epoch >= trainer.config.epochs
-
-    def ended(metrics: dict) -> dict:
-        final = trainer.finish()
-        return {
-            **metrics,
-            **{k: v for k, v in final.items() if k.startswith(("test_", "full_", "best_train_"))},
-            "status": final["status"],
-            "best_epoch": final["best_epoch"],
-        }
-
-    if done() and trainer.history:
-        yield ended(dict(trainer.history[-1]))
-    while not done():
-        metrics = trainer.run_epoch()
-        yield ended(metrics) if done() else metrics
 
 
 def run_trial(config: dict, cells: dict):
