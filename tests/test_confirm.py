@@ -134,3 +134,50 @@ def test_the_confirmed_table_has_a_t_interval_per_setting_and_welch_gaps():
     welch = stats.ttest_ind(b1, a1, equal_var=False).confidence_interval(0.95)
     assert gaps["interval"][1] == f"[{welch.low:.4g}, {welch.high:.4g}]"
     assert list(gaps["excludes 0"]) == ["–", "yes"]
+
+
+def test_the_papers_claims_on_confirmed_settings_are_welch_comparisons_in_words():
+    """Per arch, the mean over seeds of its cell's best confirmed setting at each end of the
+    depths, its change with depth and its gap to RHN's, each with the Welch test's interval
+    and the verdict it gives the paper's claim, and the sentence worded from it."""
+    from rhnsearch.results.claims import CONFIRMED, optimization_claims
+    from rhnsearch.results.confirmed import confirmed_finding
+
+    seeds = {
+        ("rhn", 1): [8.0, 8.2, 8.1],
+        ("rhn", 2): [7.9, 8.0, 8.2],
+        ("dtrnn", 1): [8.5, 8.6, 8.4],
+        ("dtrnn", 2): [10.0, 10.4, 10.2],
+    }
+    rows = [
+        {
+            "trial_id": f"c-{arch}{depth}-{seed}",
+            "params.cell": f"{arch} d{depth}",
+            "params.arch": arch,
+            "params.depth": depth,
+            "params.seed": 10 + seed,
+            "status": "completed",
+            "metrics.best_valid_loss": loss,
+            "round": "confirm",
+            "params.confirms": f"s-{arch}{depth}",
+            "run_id": f"run-{arch}{depth}-{seed}",
+        }
+        for (arch, depth), losses in seeds.items()
+        for seed, loss in enumerate(losses)
+    ]
+    rhn, dtrnn = confirmed_finding(pd.DataFrame(rows)).to_dict("records")
+    assert rhn["arch"] == "RHN" and dtrnn["arch"] == "DT-RNN"
+    for row, arch in ((rhn, "rhn"), (dtrnn, "dtrnn")):
+        deep, shallow = np.array(seeds[arch, 2]), np.array(seeds[arch, 1])
+        assert row["change with depth"] == pytest.approx(deep.mean() - shallow.mean())
+        welch = stats.ttest_ind(deep, shallow, equal_var=False)
+        low, high = welch.confidence_interval(0.95)
+        assert row["change: 95% interval"] == f"[{low:.4g}, {high:.4g}]"
+        assert row["change excludes 0"] == ("yes" if welch.pvalue < 0.05 else "no")
+    assert rhn["change: paper's claim"] == "not worse: consistent with"
+    assert dtrnn["change: paper's claim"] == "worse: holds" and dtrnn["change: k"] == 3
+    assert dtrnn["gap: paper's claim"] == "worse: holds" and rhn["gap: paper's claim"] == "–"
+    first, second = optimization_claims(pd.DataFrame([rhn, dtrnn]), CONFIRMED)
+    assert first.startswith("RHN: the claim that its loss does not grow from depth 1 to 2 is")
+    assert "the mean over 3 seeds of each cell's best confirmed setting" in second
+    assert second.count(" holds: ") == 2

@@ -12,26 +12,32 @@ WORDS = {
 }
 
 
-def optimization_claims(finding: pd.DataFrame) -> list[str]:
-    """One sentence per architecture of FINDING (`tables.jsb_finding`): its change with depth,
-    and beside RHN its gap to RHN at the deepest depth, each with its claim's verdict."""
-    shallow, deep = (c.split()[-1] for c in finding.columns if c.startswith("best at depth"))
+SEARCHED = "the expected best of {k} settings"  # what `tables.jsb_finding` compares
+CONFIRMED = "the mean over {k} seeds of each cell's best confirmed setting"  # confirmed.py's
+
+
+def optimization_claims(finding: pd.DataFrame, measure: str = SEARCHED) -> list[str]:
+    """One sentence per architecture of FINDING (`tables.jsb_finding`, or
+    `confirmed.confirmed_finding` with MEASURE = CONFIRMED): its change with depth, and beside
+    RHN its gap to RHN at the deepest depth, each with its claim's verdict."""
+    shallow, deep = (
+        c.split()[-1] for c in finding.columns if c.startswith(("best at depth", "confirmed at"))
+    )
     sentences = []
     for _, row in finding.iterrows():
         grows = "does not grow" if row["arch"] == "RHN" else "grows"
         parts = [
-            said(
-                f"that its expected best loss {grows} from depth {shallow} to {deep}", row, "change"
-            )
+            said(f"that its loss {grows} from depth {shallow} to {deep}", row, "change", measure)
         ]
         if row["gap: paper's claim"] != "–":
-            parts.append(said(f"that it is worse than RHN at depth {deep}", row, "gap"))
+            parts.append(said(f"that it is worse than RHN at depth {deep}", row, "gap", measure))
         sentences.append(f"{row['arch']}: the claim " + "; the claim ".join(parts) + ".")
     return sentences
 
 
-def said(claim: str, row: pd.Series, name: str) -> str:
-    """CLAIM with the verdict of comparison NAME of ROW and the numbers it rests on."""
+def said(claim: str, row: pd.Series, name: str, measure: str) -> str:
+    """CLAIM with the verdict of comparison NAME of ROW and the numbers it rests on (in
+    MEASURE, of its k)."""
     value = row[
         "change with depth"
         if name == "change"
@@ -41,6 +47,6 @@ def said(claim: str, row: pd.Series, name: str) -> str:
     if pd.isna(row[f"{name}: k"]):
         return f"{claim} {WORDS[verdict]}: a cell has no setting that did not diverge"
     return (
-        f"{claim} {WORDS[verdict]}: {value:+.3f} nats in the expected best of "
-        f"{row[f'{name}: k']} settings, 95% interval {row[f'{name}: 95% interval']}"
+        f"{claim} {WORDS[verdict]}: {value:+.3f} nats in "
+        f"{measure.format(k=row[f'{name}: k'])}, 95% interval {row[f'{name}: 95% interval']}"
     )

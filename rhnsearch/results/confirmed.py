@@ -10,7 +10,8 @@ from scipy import stats
 
 from ..errors import UserError
 from ..tracking import store
-from .uncertainty import LEVEL, shown
+from . import arch_label, arch_order
+from .uncertainty import LEVEL, Gap, shown, verdict
 
 LOSS = "metrics.best_valid_loss"
 
@@ -114,6 +115,76 @@ def confirmed_gaps(trials: pd.DataFrame) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+def welch_gap(losses, reference) -> Gap | None:
+    """mean(LOSSES) - mean(REFERENCE) as a `Gap`: k the fewer seeds, the Welch test's p-value
+    and its 95% interval; None if either has fewer than two seeds."""
+    bounds = welch_interval(losses, reference)
+    if bounds is None:
+        return None
+    a, b = np.asarray(losses, dtype=float), np.asarray(reference, dtype=float)
+    p = stats.ttest_ind(a, b, equal_var=False).pvalue if np.ptp(np.r_[a, b]) else 1.0
+    return Gap(float(a.mean() - b.mean()), min(len(a), len(b)), float(p), bounds)
+
+
+def confirmed_finding(trials: pd.DataFrame) -> pd.DataFrame:
+    """The RHN paper's JSB finding on the confirmed settings (`tables.jsb_finding` on the
+    search's): per arch, the mean over seeds of its cell's best confirmed setting at the
+    shallowest and the deepest depth, its change with depth and its gap to RHN's at the deepest
+    depth, each with its Welch 95% interval over the two settings' seeds, whether it excludes 0
+    and the verdict of the paper's claim (`uncertainty.verdict`); `claims.optimization_claims`
+    words it."""
+    best = confirmed_settings(trials).query("best")
+    confirm = trials[trials["round"] == store.CONFIRM]
+    where = confirm.groupby("params.cell")[["params.arch", "params.depth"]].first()
+    losses = confirmation_losses(trials)
+    seeds = {}
+    for cell, trial_id in zip(best["cell"], best["confirms"]):
+        arch, depth = where.loc[cell]
+        chosen = losses[(losses["cell"] == cell) & (losses["confirms"] == trial_id)]
+        seeds[arch, int(depth)] = chosen["loss"].to_numpy()
+    archs = sorted({a for a, _ in seeds}, key=arch_order)
+    shallow, deep = min(d for _, d in seeds), max(d for _, d in seeds)
+    none = np.array([])
+
+    def compared(name: str, mine, reference, claim: str) -> dict:
+        found = welch_gap(mine, reference)
+        return {
+            f"{name}: k": found.k if found else pd.NA,
+            f"{name}: 95% interval": shown(found and found.bounds),
+            f"{name} excludes 0": "–" if found is None else excludes_zero(found.bounds),
+            f"{name}: paper's claim": f"{claim}: {verdict(found, claim)}",
+        }
+
+    def mean(values) -> float:
+        return float(values.mean()) if len(values) else float("nan")
+
+    rows = []
+    for arch in archs:
+        mine, first = seeds.get((arch, deep), none), seeds.get((arch, shallow), none)
+        rhn = seeds.get(("rhn", deep), none)
+        rows.append(
+            {
+                "arch": arch_label(arch),
+                f"confirmed at depth {shallow}": mean(first),
+                f"confirmed at depth {deep}": mean(mine),
+                "change with depth": mean(mine) - mean(first),
+                **compared("change", mine, first, "not worse" if arch == "rhn" else "worse"),
+                f"gap to RHN at depth {deep}": mean(mine) - mean(rhn),
+                **(
+                    compared("gap", mine, rhn, "worse")
+                    if arch != "rhn"
+                    else {
+                        "gap: k": pd.NA,
+                        "gap: 95% interval": "–",
+                        "gap excludes 0": "–",
+                        "gap: paper's claim": "–",
+                    }
+                ),
+            }
+        )
+    return pd.DataFrame(rows).astype({"change: k": "Int64", "gap: k": "Int64"})
 
 
 def confirmed_tables(

@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from ..errors import UserError, first_line
 from ..provenance import TAGS
 from ..tracking import store
-from . import arch_label, confirmed, importance, plots, tables
+from . import arch_label, claims, confirmed, importance, plots, tables
 from .export import atomic, check_out, html_table
 from .studies import Kind, kind_of
 
@@ -237,8 +237,9 @@ def study_table(chosen: pd.Series, trials: pd.DataFrame) -> str:
     )
 
 
-def confirmed_section(every: pd.DataFrame) -> str:
-    """The confirmation round's tables (`results/confirmed.py`), or how to run one."""
+def confirmed_section(chosen: pd.Series, every: pd.DataFrame) -> str:
+    """The confirmation round's tables (`results/confirmed.py`) and, for a study with claims
+    (the JSB optimization study), its finding on them in words; or how to run one."""
     if not (every["round"] == store.CONFIRM).any():
         return note(
             "No confirmation round: `rhnsearch sweep confirm NAME --top K --seeds N` re-trains "
@@ -249,18 +250,39 @@ def confirmed_section(every: pd.DataFrame) -> str:
         settings, gaps = confirmed.confirmed_settings(every), confirmed.confirmed_gaps(every)
     except UserError as exc:
         return note(str(exc))
-    return html_table(
-        settings,
-        "Each confirmed setting: the search trial it repeats and that trial's best_valid_loss, "
-        "its new seeds that completed, their mean best_valid_loss and its 95% t-interval over "
-        "the seeds; `best`: its cell's lowest mean.",
-        "confirmed-settings",
-    ) + html_table(
-        gaps,
-        "Each cell's best confirmed setting against the best cell's: the gap of their means "
-        "with a 95% Welch interval over their seeds.",
-        "confirmed-gaps",
+    return (
+        html_table(
+            settings,
+            "Each confirmed setting: the search trial it repeats and that trial's best_valid_loss, "
+            "its new seeds that completed, their mean best_valid_loss and its 95% t-interval over "
+            "the seeds; `best`: its cell's lowest mean.",
+            "confirmed-settings",
+        )
+        + html_table(
+            gaps,
+            "Each cell's best confirmed setting against the best cell's: the gap of their means "
+            "with a 95% Welch interval over their seeds.",
+            "confirmed-gaps",
+        )
+        + confirmed_claims(kind_of(chosen), every)
     )
+
+
+def confirmed_claims(kind: Kind, every: pd.DataFrame) -> str:
+    """The paper's claims measured on the confirmed settings, and in words ('' for a study
+    without claims, or where the confirmed cells span one depth)."""
+    confirm = every[every["round"] == store.CONFIRM]
+    if kind.claims is None or confirm["params.depth"].nunique() < 2:
+        return ""
+    finding = confirmed.confirmed_finding(every)
+    return html_table(
+        finding,
+        "The paper's claims on the confirmed settings: per architecture, the mean over seeds "
+        "of its cell's best confirmed setting at the shallowest and deepest depth, its change "
+        "with depth and its gap to RHN, each with a 95% Welch interval over the two "
+        "settings' seeds and the verdict of the paper's claim there.",
+        "confirmed-finding",
+    ) + note(" ".join(kind.claims(finding, claims.CONFIRMED)))
 
 
 def parallel(chosen: pd.Series, trials: pd.DataFrame) -> str:
@@ -359,7 +381,7 @@ def render(exp: store.Experiment, sweep: str | None = None, top: int = 5) -> str
         "header": header(exp, chosen, trials, parent),
         "figure": study_figure(chosen, trials),
         "table": study_table(chosen, trials),
-        "confirmed": confirmed_section(every),
+        "confirmed": confirmed_section(chosen, every),
         "curves": drawn(
             lambda: plots.curves(chosen, trials, exp, top),
             f"valid loss per epoch of the top {top} trials",

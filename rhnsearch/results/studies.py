@@ -60,7 +60,7 @@ class Kind:
     measured_caption: str = ""
     groups: Groups | None = None
     best_of: int = BEST_OF  # the K of its expected best of K settings (tables and figure bind it)
-    claims: Callable[[pd.DataFrame], list[str]] | None = None  # the measured finding in words
+    claims: Callable[..., list[str]] | None = None  # (finding[, measure]) -> it in words
 
 
 BUDGET = Groups(
