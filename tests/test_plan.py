@@ -37,22 +37,8 @@ def test_wall_time_gives_each_trial_to_the_first_free_slot():
 
 
 def test_plan_of_the_jsb_smoke_preset(tmp_path, data_dir):
-    proc = rhnsearch_main(
-        "sweep",
-        "plan",
-        JSB_SPACE,
-        "--preset",
-        "smoke",
-        "--data-dir",
-        data_dir,
-        "--cpus",
-        "2",
-        "--confirm",
-        "2",
-        "3",
-        "--json",
-        cwd=tmp_path,
-    )
+    plan_smoke = ("sweep", "plan", JSB_SPACE, "--preset", "smoke", "--data-dir", data_dir)
+    proc = rhnsearch_main(*plan_smoke, "--cpus", "2", "--confirm", "2", "3", "--json", cwd=tmp_path)
     plan = json.loads(proc.stdout)
     space = load_space(JSB_SPACE, preset="smoke")
     assert [c["cell"] for c in plan["cells"]] == list(space.cells())
@@ -75,19 +61,7 @@ def test_plan_of_the_jsb_smoke_preset(tmp_path, data_dir):
         (["1", "1"], "at least 2 seeds"),
     ):
         proc = rhnsearch_main(
-            "sweep",
-            "plan",
-            JSB_SPACE,
-            "--preset",
-            "smoke",
-            "--data-dir",
-            data_dir,
-            "--cpus",
-            "2",
-            "--confirm",
-            *confirm,
-            cwd=tmp_path,
-            check=False,
+            *plan_smoke, "--cpus", "2", "--confirm", *confirm, cwd=tmp_path, check=False
         )
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
         assert says in proc.stderr

@@ -383,6 +383,19 @@ def resume_sweep(name: str, *, address: str | None = None, storage_path: str | N
     return finish(tuner, record)
 
 
+def finished_parent(record: SweepRecord, then: str) -> tuple[MlflowClient, str]:
+    """The client of the sweep's store and its parent run's id; a one-line error, naming
+    `sweep resume` and THEN (what to do next), where the sweep has not finished."""
+    check_store(record.tracking_uri)
+    client = MlflowClient(record.tracking_uri)
+    if client.get_run(record.parent_run_id).info.status != "FINISHED":
+        raise UserError(
+            f"sweep {record.name} has not finished: `rhnsearch sweep resume {record.name}` "
+            f"finishes it, then {then} it"
+        )
+    return client, record.parent_run_id
+
+
 def extend_sweep(
     name: str,
     *,
@@ -424,14 +437,7 @@ def extend_sweep(
             )
             + "; extend it with --samples instead"
         )
-    check_store(record.tracking_uri)
-    client = MlflowClient(record.tracking_uri)
-    parent = record.parent_run_id
-    if client.get_run(parent).info.status != "FINISHED":
-        raise UserError(
-            f"sweep {name} has not finished: `rhnsearch sweep resume {name}` finishes it, "
-            "then extend it"
-        )
+    client, parent = finished_parent(record, "extend")
     extended = Space.model_validate({**record.space, "samples": samples, "seeds": seeds})
     start_ray(address, extended.cell_modules)
     added = extended.num_trials - space.num_trials  # the trials before: those of any confirm too
@@ -478,14 +484,7 @@ def confirm_sweep(
         )
     record = load_record(name, storage_path, address)
     space = Space.model_validate(record.space)
-    check_store(record.tracking_uri)
-    client = MlflowClient(record.tracking_uri)
-    parent = record.parent_run_id
-    if client.get_run(parent).info.status != "FINISHED":
-        raise UserError(
-            f"sweep {name} has not finished: `rhnsearch sweep resume {name}` finishes it, "
-            "then confirm it"
-        )
+    client, parent = finished_parent(record, "confirm")
     experiment = client.get_experiment(record.experiment_id).name
     exp = store.Experiment(experiment, record.experiment_id, record.tracking_uri, client)
     runs = store.trials(exp, name)
