@@ -110,6 +110,10 @@ class Space(Strict):
     keep_model: Literal["best", "none"] = "best"
     # what the study's report is made of: the kinds of results/studies.py
     report: Literal["cells", "optimization", "depth_budget", "hsg_depth"] = "cells"
+    # the quantity the finding compares on the confirmed settings (`sweep confirm`, whose
+    # trials all train to the end); the search's table and curves use best_valid_loss, the
+    # one every setting has (best_train_loss is measured at a trial's end, ASHA's stop has none)
+    quantity: Literal["best_valid_loss", "best_train_loss"] = "best_valid_loss"
     register_model: str | None = Field(None, min_length=1)  # registers the kept model
 
     @field_validator("dataset")

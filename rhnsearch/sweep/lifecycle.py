@@ -206,6 +206,7 @@ def run_sweep(
             "sweep": name,
             "study": space.study,
             "report": space.report,
+            "quantity": space.quantity,
             "preset": preset or "base",
             "kind": "sweep",
             **provenance_tags(),
