@@ -136,6 +136,28 @@ def test_the_confirmed_table_has_a_t_interval_per_setting_and_welch_gaps():
     assert list(gaps["excludes 0"]) == ["–", "yes"]
 
 
+def test_a_cell_s_best_confirmed_setting_is_chosen_on_validation_whatever_the_quantity():
+    """Compared on the training loss, a cell's best confirmed setting is still the one with
+    the lowest mean best valid loss (the quantity reports it, never chooses it)."""
+    rows = [
+        (f"c{of}{i}", "a", 0, 10 + i, "completed", valid, "confirm", of)
+        for of, valid in (("t2", 2.0), ("t0", 3.0))
+        for i in range(2)
+    ]
+    trials = frame(SEARCH + rows)
+    train = {"t2": [5.0, 5.2], "t0": [1.0, 1.2]}  # the better valid setting trains worse
+    trials["metrics.best_train_loss"] = [
+        train[of][int(t[-1])] if r == "confirm" else np.nan
+        for t, r, of in zip(trials["trial_id"], trials["round"], trials["params.confirms"])
+    ]
+    table = confirmed_settings(trials, "best_train_loss")
+    assert list(zip(table["confirms"], table["best"])) == [("t2", True), ("t0", False)]
+    assert list(table["mean"]) == pytest.approx([5.1, 1.1])
+    assert list(table["search"]) == [2.0, 2.5]  # the search trial's best valid loss
+    with pytest.raises(UserError, match="no completed confirmation trials with a best_train"):
+        confirmed_settings(frame(SEARCH + rows), "best_train_loss")  # recorded before it
+
+
 def test_the_papers_claims_on_confirmed_settings_are_welch_comparisons_in_words():
     """Per arch, the mean over seeds of its cell's best confirmed setting at each end of the
     depths, its change with depth and its gap to RHN's, each with the Welch test's interval

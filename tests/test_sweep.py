@@ -899,6 +899,9 @@ def check_confirm_round(client: MlflowClient, exp, uri: str, tmp_path: Path):
     assert all(run.data.tags["trial_id"] in page for run in best.values())  # each cell's row
     assert 'id="confirmed-finding"' in page  # the paper's claims on them, and in words:
     assert "the mean over 2 seeds of each cell&#x27;s best confirmed setting" in page
+    # in the space's quantity, the training loss, and beside it on validation
+    assert "In best_train_loss: RHN: the claim" in page
+    assert 'id="confirmed-finding-valid"' in page and "In best_valid_loss: RHN: the claim" in page
     trials = load_trials("jsb_optimization", tracking_uri=uri, sweep="ext")
     assert trials["round"].value_counts().to_dict() == {"search": 16, "confirm": 8}
     proc = rhnsearch_main(

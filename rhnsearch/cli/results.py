@@ -110,13 +110,19 @@ def add_confirmed(rsub):
     confirmed = rsub.add_parser(
         "confirmed",
         help="the cells compared on the settings `sweep confirm` trained again",
-        description="Per cell, each confirmed setting's mean best valid loss over its new "
-        "seeds with a 95%% t-interval, the cell's best confirmed setting, and the gap of each "
-        "cell's best to the best cell's with a 95%% Welch interval. Markdown on stdout.",
+        description="Per cell, each confirmed setting's mean over its new seeds of the "
+        "sweep's quantity (its space's `quantity`, or --metric) with a 95%% t-interval, the "
+        "cell's best confirmed setting (on validation), and the gap of each cell's best to the "
+        "best cell's with a 95%% Welch interval. Markdown on stdout.",
     )
     confirmed.add_argument("--experiment", required=True, help="MLflow experiment")
     confirmed.add_argument("--tracking-uri", help=STORE_HELP)
     confirmed.add_argument("--sweep", help=SWEEP_HELP)
+    confirmed.add_argument(
+        "--metric",
+        choices=("best_valid_loss", "best_train_loss"),
+        help="the quantity compared (default: the sweep's)",
+    )
     confirmed.set_defaults(run=cmd_confirmed)
 
 
@@ -186,8 +192,10 @@ def cmd_confirmed(args):
     from ..results.confirmed import confirmed_tables
     from ..results.export import markdown
 
-    sweep, settings, gaps = confirmed_tables(args.experiment, args.tracking_uri, args.sweep)
-    print(markdown(settings, f"Sweep {sweep}: confirmed settings (best valid loss over seeds)"))
+    sweep, metric, settings, gaps = confirmed_tables(
+        args.experiment, args.tracking_uri, args.sweep, args.metric
+    )
+    print(markdown(settings, f"Sweep {sweep}: confirmed settings ({metric}, mean over seeds)"))
     print(markdown(gaps, "Each cell's best confirmed setting against the best cell's"), end="")
 
 

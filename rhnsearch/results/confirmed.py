@@ -1,8 +1,10 @@
 """The cells compared on their confirmed settings (`sweep confirm`): each confirmed setting's
-mean best valid loss over its new seeds, with a 95% t-interval over them; each cell's best
-confirmed setting (the lowest mean); and the gap of every cell's best to the best cell's, with
-a 95% Welch interval. Unlike the search's best of a cell, a setting's mean over fresh seeds is
-not biased by having been chosen: the intervals say how much the seeds move it."""
+mean over its new seeds of a quantity (the sweep's `quantity`: best valid loss, or the training
+loss of its best-valid weights), with a 95% t-interval over them; each cell's best confirmed
+setting (the lowest mean best valid loss: settings are chosen on validation whatever the
+quantity); and the gap of every cell's best to the best cell's, with a 95% Welch interval.
+Unlike the search's best of a cell, a setting's mean over fresh seeds is not biased by having
+been chosen: the intervals say how much the seeds move it."""
 
 import numpy as np
 import pandas as pd
@@ -13,26 +15,30 @@ from ..tracking import store
 from . import arch_label, arch_order
 from .uncertainty import LEVEL, Gap, shown, verdict
 
-LOSS = "metrics.best_valid_loss"
+VALID = "best_valid_loss"  # what settings are chosen on
+QUANTITIES = (VALID, "best_train_loss")  # what they can be compared on (Space.quantity)
 
 
-def confirmation_losses(trials: pd.DataFrame) -> pd.DataFrame:
+def confirmation_losses(trials: pd.DataFrame, metric: str = VALID) -> pd.DataFrame:
     """The confirmation trials of TRIALS (store.trials' frame of a sweep) that completed with a
-    finite best valid loss: cell, confirms (the search trial they repeat), seed and loss; a
-    one-line UserError where the sweep has none."""
+    finite METRIC (one of QUANTITIES): cell, confirms (the search trial they repeat), seed,
+    loss (METRIC) and valid (best valid loss); a one-line UserError where the sweep has none."""
+    column = f"metrics.{metric}"
     confirm = trials[(trials["round"] == store.CONFIRM) & (trials["status"] == "completed")]
-    confirm = confirm[np.isfinite(confirm[LOSS].astype(float))]
-    if confirm.empty:
+    if column in confirm:
+        confirm = confirm[np.isfinite(confirm[column].astype(float))]
+    if column not in confirm or confirm.empty:
         raise UserError(
-            "the sweep has no completed confirmation trials: run `rhnsearch sweep confirm "
-            "NAME --top K --seeds N` first"
+            f"the sweep has no completed confirmation trials with a {metric}: run "
+            "`rhnsearch sweep confirm NAME --top K --seeds N` first"
         )
     return pd.DataFrame(
         {
             "cell": confirm["params.cell"],
             "confirms": confirm["params.confirms"].astype(str),
             "seed": confirm["params.seed"],
-            "loss": confirm[LOSS].astype(float),
+            "loss": confirm[column].astype(float),
+            "valid": confirm[f"metrics.{VALID}"].astype(float),
         }
     ).reset_index(drop=True)
 
@@ -66,36 +72,38 @@ def excludes_zero(bounds: tuple[float, float]) -> str:
     return "yes" if bounds[0] > 0 or bounds[1] < 0 else "no"
 
 
-def confirmed_settings(trials: pd.DataFrame) -> pd.DataFrame:
+def confirmed_settings(trials: pd.DataFrame, metric: str = VALID) -> pd.DataFrame:
     """One row per confirmed setting of TRIALS' sweep, cell by cell, the best first: its cell,
-    the search trial it repeats and that trial's best valid loss, its seeds, their mean best
-    valid loss and its 95% t-interval, and whether it is its cell's best."""
-    losses = confirmation_losses(trials)
-    searched = trials.set_index("trial_id")[LOSS]
-    groups = losses.groupby(["cell", "confirms"], sort=False)["loss"]
+    the search trial it repeats and that trial's best valid loss, its seeds, their mean METRIC
+    and its 95% t-interval, and whether it is its cell's best (the lowest mean best valid
+    loss over its seeds; with METRIC the best valid loss, the lowest mean)."""
+    losses = confirmation_losses(trials, metric)
+    searched = trials.set_index("trial_id")[f"metrics.{VALID}"]
+    groups = losses.groupby(["cell", "confirms"], sort=False)
     rows = pd.DataFrame(
         [
             {
                 "cell": cell,
                 "confirms": trial_id,
                 "search": float(searched.get(trial_id, np.nan)),
-                "seeds": len(values),
-                "mean": values.mean(),
-                "interval": shown(t_interval(values)),
+                "seeds": len(seeds),
+                "mean": seeds["loss"].mean(),
+                "interval": shown(t_interval(seeds["loss"])),
+                "_valid": seeds["valid"].mean(),
             }
-            for (cell, trial_id), values in groups
+            for (cell, trial_id), seeds in groups
         ]
     )
-    rows = rows.sort_values(["cell", "mean", "confirms"], kind="stable").reset_index(drop=True)
-    return rows.assign(best=~rows["cell"].duplicated())
+    rows = rows.sort_values(["cell", "_valid", "confirms"], kind="stable").reset_index(drop=True)
+    return rows.assign(best=~rows["cell"].duplicated()).drop(columns="_valid")
 
 
-def confirmed_gaps(trials: pd.DataFrame) -> pd.DataFrame:
-    """One row per cell: its best confirmed setting's mean and its gap to the best cell's
-    (the lowest mean), with a 95% Welch interval over the two settings' seeds and whether it
-    excludes 0; the best cell first, its own row without an interval."""
-    losses = confirmation_losses(trials)
-    best = confirmed_settings(trials).query("best").sort_values(["mean", "cell"])
+def confirmed_gaps(trials: pd.DataFrame, metric: str = VALID) -> pd.DataFrame:
+    """One row per cell: its best confirmed setting's mean METRIC and its gap to the best
+    cell's (the lowest mean), with a 95% Welch interval over the two settings' seeds and
+    whether it excludes 0; the best cell first, its own row without an interval."""
+    losses = confirmation_losses(trials, metric)
+    best = confirmed_settings(trials, metric).query("best").sort_values(["mean", "cell"])
     seeds = {
         (cell, trial_id): values.to_numpy()
         for (cell, trial_id), values in losses.groupby(["cell", "confirms"])["loss"]
@@ -128,17 +136,17 @@ def welch_gap(losses, reference) -> Gap | None:
     return Gap(float(a.mean() - b.mean()), min(len(a), len(b)), float(p), bounds)
 
 
-def confirmed_finding(trials: pd.DataFrame) -> pd.DataFrame:
+def confirmed_finding(trials: pd.DataFrame, metric: str = VALID) -> pd.DataFrame:
     """The RHN paper's JSB finding on the confirmed settings (`tables.jsb_finding` on the
-    search's): per arch, the mean over seeds of its cell's best confirmed setting at the
+    search's), in METRIC: per arch, the mean over seeds of its cell's best confirmed setting at the
     shallowest and the deepest depth, its change with depth and its gap to RHN's at the deepest
     depth, each with its Welch 95% interval over the two settings' seeds, whether it excludes 0
     and the verdict of the paper's claim (`uncertainty.verdict`); `claims.optimization_claims`
     words it."""
-    best = confirmed_settings(trials).query("best")
+    best = confirmed_settings(trials, metric).query("best")
     confirm = trials[trials["round"] == store.CONFIRM]
     where = confirm.groupby("params.cell")[["params.arch", "params.depth"]].first()
-    losses = confirmation_losses(trials)
+    losses = confirmation_losses(trials, metric)
     seeds = {}
     for cell, trial_id in zip(best["cell"], best["confirms"]):
         arch, depth = where.loc[cell]
@@ -188,11 +196,21 @@ def confirmed_finding(trials: pd.DataFrame) -> pd.DataFrame:
 
 
 def confirmed_tables(
-    experiment: str, tracking_uri: str | None = None, sweep: str | None = None
-) -> tuple[str, pd.DataFrame, pd.DataFrame]:
-    """The sweep (default: the latest of EXPERIMENT), its confirmed settings
-    (`confirmed_settings`) and its cells' gaps (`confirmed_gaps`), read from the store."""
+    experiment: str,
+    tracking_uri: str | None = None,
+    sweep: str | None = None,
+    metric: str | None = None,
+) -> tuple[str, str, pd.DataFrame, pd.DataFrame]:
+    """The sweep (default: the latest of EXPERIMENT), the quantity compared (METRIC, default
+    the sweep's `quantity`), its confirmed settings (`confirmed_settings`) and its cells' gaps
+    (`confirmed_gaps`), read from the store."""
     exp = store.open_experiment(experiment, tracking_uri)
     chosen = store.pick_sweep(exp, sweep)
     trials = store.trials(exp, chosen["sweep"])
-    return chosen["sweep"], confirmed_settings(trials), confirmed_gaps(trials)
+    metric = metric or chosen["quantity"]
+    return (
+        chosen["sweep"],
+        metric,
+        confirmed_settings(trials, metric),
+        confirmed_gaps(trials, metric),
+    )

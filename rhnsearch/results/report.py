@@ -238,51 +238,61 @@ def study_table(chosen: pd.Series, trials: pd.DataFrame) -> str:
 
 
 def confirmed_section(chosen: pd.Series, every: pd.DataFrame) -> str:
-    """The confirmation round's tables (`results/confirmed.py`) and, for a study with claims
-    (the JSB optimization study), its finding on them in words; or how to run one."""
+    """The confirmation round's tables (`results/confirmed.py`) in the sweep's quantity and,
+    for a study with claims (the JSB optimization study), its finding on them in words, beside
+    the same on validation where the quantity is another; or how to run one."""
     if not (every["round"] == store.CONFIRM).any():
         return note(
             "No confirmation round: `rhnsearch sweep confirm NAME --top K --seeds N` re-trains "
             "each cell's K best settings with N new seeds at the full budget, without early "
             "stopping, and this section then compares the cells on them."
         )
+    metric = chosen.get("quantity") or confirmed.VALID
     try:
-        settings, gaps = confirmed.confirmed_settings(every), confirmed.confirmed_gaps(every)
+        settings = confirmed.confirmed_settings(every, metric)
+        gaps = confirmed.confirmed_gaps(every, metric)
     except UserError as exc:
         return note(str(exc))
+    kind = kind_of(chosen)
     return (
         html_table(
             settings,
-            "Each confirmed setting: the search trial it repeats and that trial's best_valid_loss, "
-            "its new seeds that completed, their mean best_valid_loss and its 95% t-interval over "
-            "the seeds; `best`: its cell's lowest mean.",
+            f"Each confirmed setting: the search trial it repeats and that trial's "
+            f"best_valid_loss, its new seeds that completed, their mean {metric} (the "
+            "sweep's quantity) and its 95% t-interval over the seeds; `best`: its cell's "
+            "lowest mean best_valid_loss (settings are chosen on validation).",
             "confirmed-settings",
         )
         + html_table(
             gaps,
-            "Each cell's best confirmed setting against the best cell's: the gap of their means "
-            "with a 95% Welch interval over their seeds.",
+            f"Each cell's best confirmed setting against the best cell's: the gap of their "
+            f"mean {metric} with a 95% Welch interval over their seeds.",
             "confirmed-gaps",
         )
-        + confirmed_claims(kind_of(chosen), every)
+        + confirmed_claims(kind, every, metric, "confirmed-finding")
+        + (
+            confirmed_claims(kind, every, confirmed.VALID, "confirmed-finding-valid")
+            if metric != confirmed.VALID
+            else ""
+        )
     )
 
 
-def confirmed_claims(kind: Kind, every: pd.DataFrame) -> str:
-    """The paper's claims measured on the confirmed settings, and in words ('' for a study
-    without claims, or where the confirmed cells span one depth)."""
+def confirmed_claims(kind: Kind, every: pd.DataFrame, metric: str, table_id: str) -> str:
+    """The paper's claims measured in METRIC on the confirmed settings, as table TABLE_ID and
+    in words ('' for a study without claims, or where the confirmed cells span one depth)."""
     confirm = every[every["round"] == store.CONFIRM]
     if kind.claims is None or confirm["params.depth"].nunique() < 2:
         return ""
-    finding = confirmed.confirmed_finding(every)
+    finding = confirmed.confirmed_finding(every, metric)
     return html_table(
         finding,
-        "The paper's claims on the confirmed settings: per architecture, the mean over seeds "
-        "of its cell's best confirmed setting at the shallowest and deepest depth, its change "
-        "with depth and its gap to RHN, each with a 95% Welch interval over the two "
-        "settings' seeds and the verdict of the paper's claim there.",
-        "confirmed-finding",
-    ) + note(" ".join(kind.claims(finding, claims.CONFIRMED)))
+        f"The paper's claims on the confirmed settings, in {metric}: per architecture, the "
+        "mean over seeds of its cell's best confirmed setting at the shallowest and deepest "
+        "depth, its change with depth and its gap to RHN, each with a 95% Welch interval over "
+        "the two settings' seeds and the verdict of the paper's claim there.",
+        table_id,
+    ) + note(f"In {metric}: " + " ".join(kind.claims(finding, claims.CONFIRMED)))
 
 
 def parallel(chosen: pd.Series, trials: pd.DataFrame) -> str:
