@@ -561,33 +561,30 @@ def wait_until(predicate, what: str, timeout: float = 240):
 
 
 class Sweep:
-    """`rhnsearch sweep run` in its own process group; its Tune results read from its
+    """`rhnsearch sweep run` of the JSB smoke preset (or the `rhnsearch sweep` COMMAND given,
+    e.g. a confirmation round) in its own process group; its Tune results read from its
     storage (default: results/sweeps in its working dir). Tune's file loggers are on
     (TUNE_DISABLE_AUTO_CALLBACK_LOGGERS=0; a sweep turns them off by default) and Tune syncs
     the storage at every step (TUNE_GLOBAL_CHECKPOINT_S=0; by default every 10 s or more), so
     that a test sees every result as Tune logged it, with the pid of the worker that reported
     it, as it comes."""
 
-    def __init__(self, cwd: Path, name: str, data_dir: Path, *args, storage=None, env=None):
+    def __init__(
+        self, cwd: Path, name: str, data_dir: Path, *args, storage=None, env=None, command=None
+    ):
         tiers.needs("cluster", "runs a sweep")
         self.cwd, self.name = cwd, name
         self.storage = str(storage or cwd / "results" / "sweeps")
         self.out, self.err = open(cwd / f"{name}.out", "w+"), open(cwd / f"{name}.err", "w+")
         where = ["--storage-path", str(storage)] if storage else []
+        run = ("run", JSB_SPACE, "--preset", "smoke", "--data-dir", data_dir, "--name", name)
         self.proc = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
                 "rhnsearch.cli",
                 "sweep",
-                "run",
-                str(JSB_SPACE),
-                "--preset",
-                "smoke",
-                "--data-dir",
-                str(data_dir),
-                "--name",
-                name,
+                *map(str, command or run),
                 "--json",
                 *where,
                 *map(str, args),

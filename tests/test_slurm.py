@@ -128,7 +128,8 @@ def when(fields: dict, key: str) -> datetime:
 def test_two_sweeps_at_once_complete_on_ports_of_their_own(slurm, tmp_path, data_dir):
     """Two jobs on the one node at once, each its Ray cluster and sweep: both complete, exit 0,
     their runs in MLflow; their ports are disjoint ranges; each job's Ray token is in no
-    output, script, MLflow record or storage file, and its private directory is gone."""
+    output, script, MLflow record or storage file, and its private directory is gone. Then one
+    sweep's confirmation round as a job of its own (`confirm_on_slurm`)."""
     jobs, tokens = {}, {}
     for name in ("left", "right"):
         (tmp_path / name).mkdir()
@@ -170,6 +171,41 @@ def test_two_sweeps_at_once_complete_on_ports_of_their_own(slurm, tmp_path, data
     starts = [when(f, "StartTime") for f in fields.values()]
     ends = [when(f, "EndTime") for f in fields.values()]
     assert max(starts) < min(ends)  # at once
+    confirm_on_slurm(slurm, tmp_path / "left", "left")
+
+
+def confirm_on_slurm(slurm, cwd: Path, name: str):
+    """`sweep confirm NAME --slurm` on the finished sweep: its batch script (confirm.sbatch,
+    the sweep's own script kept) runs `sweep confirm --resume` in a job of its own, whose
+    round trains the cell's best setting with 2 new seeds to its end under the same parent."""
+    job_dir = cwd / "sweeps" / name / "slurm"
+    script = (job_dir / "sweep.sbatch").read_text()
+    confirm = ("sweep", "confirm", name, "--top", "1", "--seeds", "2", "--slurm")
+    where = ("--cpus-per-node", "1", "--storage-path", cwd / "sweeps")
+    dry = rhnsearch_main(*confirm, *where, "--dry-run", cwd=cwd, env=slurm.env)
+    command = dry.stdout.splitlines()[-1].split()
+    assert command[4:9] == ["sweep", "slurm-job", str(job_dir), "--command", "confirm"]
+    assert command[9:14] == ["--", name, "--top", "1", "--seeds"] and command[-1] == "--resume"
+    assert not (job_dir / "confirm.sbatch").exists()
+    job_id = rhnsearch_cli(*confirm, *where, cwd=cwd, env=slurm.env).stdout.strip()
+    assert job_id.isdigit()
+    fields = slurm.wait(job_id, ENDED, 600)
+    output = (job_dir / f"slurm-{job_id}.out").read_text()
+    assert fields["JobState"] == "COMPLETED", output[-3000:]
+    assert f"sweep {name}: 4 trials" in output
+    assert (job_dir / "sweep.sbatch").read_text() == script
+    assert (job_dir / "confirm.sbatch").read_text() == dry.stdout
+    client = MlflowClient(f"sqlite:///{cwd / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("jsb_optimization").experiment_id
+    runs = client.search_runs([experiment], "tags.kind = 'trial'")
+    confirmed = [r for r in runs if r.data.tags.get("round") == "confirm"]
+    assert len(confirmed) == 2 and len({r.data.params["seed"] for r in confirmed}) == 2
+    for run in confirmed:
+        assert run.data.tags["status"] == "completed" and run.info.status == "FINISHED"
+        history = client.get_metric_history(run.info.run_id, "valid_loss")
+        assert len(history) == int(run.data.params["epochs"])
+    (parent,) = client.search_runs([experiment], "tags.kind = 'sweep'")
+    assert parent.info.status == "FINISHED" and "confirmed_1" in parent.data.tags
 
 
 def test_a_sweep_requeued_then_timed_out_twice_goes_on_to_its_end(slurm, tmp_path, data_dir):

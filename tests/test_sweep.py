@@ -682,7 +682,7 @@ def run_fields(client: MlflowClient, run) -> tuple:
 
 @pytest.mark.slow
 @pytest.mark.cluster
-def test_extend_a_finished_sweep_with_settings_then_seeds(tmp_path, data_dir):
+def test_extend_a_finished_sweep_with_settings_then_seeds(tmp_path, data_dir, sweeps):
     """`sweep extend NAME --samples 4` on the JSB smoke sweep at two archs and two depths (2
     settings a cell): two new settings in every cell, those the random stream draws next (no
     setting twice), the first 8 runs as they were, the rungs of early stopping kept, one
@@ -760,7 +760,7 @@ def test_extend_a_finished_sweep_with_settings_then_seeds(tmp_path, data_dir):
     assert measured != finding
     report = client.download_artifacts(parent.info.run_id, "report/report.html", str(tmp_path))
     assert "16 trials" in Path(report).read_text()
-    check_confirm_round(client, exp, uri, tmp_path)
+    check_confirm_round(client, exp, uri, tmp_path, sweeps)
 
     proc = rhnsearch_cli(
         *run,
@@ -799,11 +799,12 @@ def test_extend_a_finished_sweep_with_settings_then_seeds(tmp_path, data_dir):
         assert len({p["lr"] for p in params}) == 1
 
 
-def check_confirm_round(client: MlflowClient, exp, uri: str, tmp_path: Path):
+def check_confirm_round(client: MlflowClient, exp, uri: str, tmp_path: Path, sweeps):
     """`sweep confirm ext --top 1 --seeds 2` on the finished sweep `ext` of 16 trials in 4
-    cells: each cell's best finished search setting trained again with 2 seeds the sweep never
-    used, for the full epochs, none stopped, under the same parent run; the search's table and
-    report unchanged, the confirmed table with its rows. Bad input is one line before Ray."""
+    cells, its driver killed mid-round and the round resumed: each cell's best finished search
+    setting trained again with 2 seeds the sweep never used, for the full epochs, none stopped,
+    none lost or run twice, under the same parent run; the search's table and report
+    unchanged, the confirmed table with its rows. Bad input is one line before Ray."""
     from rhnsearch import load_trials
     from rhnsearch.results.studies import table
 
@@ -852,14 +853,32 @@ def check_confirm_round(client: MlflowClient, exp, uri: str, tmp_path: Path):
     search = jsb_runs(client, exp)
     epochs = {r.data.params["epochs"] for r in search}
 
-    summary = json_summary(
-        rhnsearch_cli(
-            "sweep", "confirm", "ext", "--top", "1", "--seeds", "2", "--json", cwd=tmp_path
-        )
+    # the round's driver SIGKILLed once a confirmation trial ended; `sweep resume` finishes it
+    confirming = sweeps(
+        tmp_path, "ext", None, command=("confirm", "ext", "--top", "1", "--seeds", "2")
     )
+    ended = {}
+
+    def a_confirmation_trial_ended():
+        nonlocal ended
+        ended = {
+            r.info.run_id: len(client.get_metric_history(r.info.run_id, "valid_loss"))
+            for r in jsb_runs(client, exp)
+            if r.data.tags.get("round") == "confirm" and r.info.end_time is not None
+        }
+        return bool(ended)
+
+    wait_until(a_confirmation_trial_ended, "a confirmation trial ended", 300)
+    confirming.stop()
+    assert len(ended) < 8, "the round had ended before the kill"
+    summary = json_summary(rhnsearch_cli("sweep", "resume", "ext", "--json", cwd=tmp_path))
     assert summary["complete"] and summary["trials"] == 24
     confirm = [r for r in jsb_runs(client, exp) if r.data.tags.get("round") == "confirm"]
-    assert len(confirm) == 4 * 1 * 2
+    assert len(confirm) == 4 * 1 * 2  # none lost, none twice (distinct settings and seeds below)
+    for run in confirm:  # those ended before the kill, as they were
+        if run.info.run_id in ended:
+            history = client.get_metric_history(run.info.run_id, "valid_loss")
+            assert len(history) == ended[run.info.run_id]
     by_trial = {r.data.tags["trial_id"]: r for r in search}
     used = {r.data.params["seed"] for r in search}
     finished = [

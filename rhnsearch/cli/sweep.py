@@ -210,7 +210,8 @@ def add_confirm(ssub):
         "run: the --top best finished settings of every cell (by best valid loss, ties by "
         "trial id) trained again with --seeds seeds the sweep has not used, for the space's "
         "full epochs, without early stopping. Its runs are tagged round=confirm; the search's "
-        "tables leave them out, and `results confirmed` compares the cells on them.",
+        "tables leave them out, and `results confirmed` compares the cells on them. With "
+        "--slurm the round is a Slurm batch job, resumed after a requeue or time limit.",
     )
     add_sweep_name(confirm)
     confirm.add_argument("--top", type=int, required=True, metavar="K", help="settings a cell")
@@ -220,6 +221,16 @@ def add_confirm(ssub):
     add_address(confirm)
     add_storage_path(confirm)
     add_json(confirm)
+    confirm.add_argument(
+        "--resume",
+        action="store_true",
+        help="resume the sweep's confirmation round if it has not finished, else start one: "
+        "one command for a job that may run again (a requeued Slurm job)",
+    )
+    confirm.add_argument(
+        "--slurm", action="store_true", help="submit the round as a Slurm batch job (below)"
+    )
+    add_slurm_request(confirm)
     confirm.set_defaults(run=cmd_confirm)
 
 
@@ -289,10 +300,11 @@ def add_submit(ssub):
 
 
 def add_slurm_request(submit):
-    """`sweep submit`'s options of the Slurm batch job."""
+    """The options of the Slurm batch job of `sweep submit` and `sweep confirm`."""
     slurm = submit.add_argument_group(
         "Slurm",
         "with --slurm: the batch script is written to STORAGE/NAME/slurm/sweep.sbatch "
+        "(confirm.sbatch for `sweep confirm`) "
         "(results/sweeps/NAME/slurm beside a bucket), its output appended to slurm-JOBID.out "
         "there; paths are made absolute (the job runs on a node of the shared filesystem)",
     )
@@ -333,7 +345,15 @@ def add_slurm(ssub):
         "on Slurm's warning signal.",
     )
     job.add_argument("job_dir", help="the sweep's job directory")
-    job.add_argument("sweep_args", nargs="+", help="-- then the arguments of `sweep run`")
+    job.add_argument(
+        "--command",
+        choices=("run", "confirm"),
+        default="run",
+        help="the sweep command the job runs (default run; confirm: a confirmation round)",
+    )
+    job.add_argument(
+        "sweep_args", nargs="+", help="-- then the arguments of `sweep run` (or confirm)"
+    )
     job.set_defaults(run=cmd_slurm_job)
     node = ssub.add_parser(
         "slurm-node",
@@ -475,6 +495,8 @@ def cmd_extend(args):
 
 
 def cmd_confirm(args):
+    if args.slurm:
+        return confirm_on_slurm(args)
     from ..sweep.lifecycle import confirm_sweep
 
     return sweep_then_report(
@@ -484,9 +506,24 @@ def cmd_confirm(args):
             seeds=args.seeds,
             address=args.address,
             storage_path=args.storage_path,
+            resume=args.resume,
         ),
         args.json,
     )
+
+
+def confirm_on_slurm(args):
+    from ..cluster.slurm import submit_confirm
+
+    path, text, job_id = submit_confirm(
+        args.name,
+        slurm_request(args),
+        args.storage_path,
+        top=args.top,
+        seeds=args.seeds,
+        dry_run=args.dry_run,
+    )
+    submitted(path, text, job_id)
 
 
 def cmd_check(args):
@@ -630,10 +667,11 @@ def cmd_submit(args):
         return follow(args.address, job_id)
 
 
-def submit_to_slurm(args):
-    from ..cluster.slurm import Request, submit_sweep
+def slurm_request(args):
+    """The Slurm request of `sweep submit --slurm` or `sweep confirm --slurm`."""
+    from ..cluster.slurm import Request
 
-    request = Request(
+    return Request(
         nodes=args.nodes,
         time=args.time,
         partition=args.partition,
@@ -644,9 +682,23 @@ def submit_to_slurm(args):
         signal_seconds=args.signal_seconds,
         extra=args.sbatch,
     )
+
+
+def submitted(path, text: str, job_id: str | None):
+    """Print a Slurm job's id, or with --dry-run its batch script."""
+    if job_id is None:
+        print(text, end="")
+        return
+    print(job_id)
+    print(f"submitted {path} as Slurm job {job_id}", file=sys.stderr)
+
+
+def submit_to_slurm(args):
+    from ..cluster.slurm import submit_sweep
+
     path, text, job_id = submit_sweep(
         args.space,
-        request,
+        slurm_request(args),
         args.tracking_uri,
         args.storage_path,
         args.preset,
@@ -659,18 +711,14 @@ def submit_to_slurm(args):
         experiment=args.experiment,
         plan=args.plan and str(Path(args.plan).resolve()),
     )
-    if args.dry_run:
-        print(text, end="")
-        return
-    print(job_id)
-    print(f"submitted {path} as Slurm job {job_id}", file=sys.stderr)
+    submitted(path, text, job_id)
 
 
 def cmd_slurm_job(args):
     from ..cluster.slurm import run_job
 
     logging.getLogger(run_job.__module__).setLevel(logging.INFO)  # the job's own progress
-    return run_job(args.job_dir, args.sweep_args)
+    return run_job(args.job_dir, args.sweep_args, args.command)
 
 
 def cmd_slurm_node(args):

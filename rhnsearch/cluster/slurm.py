@@ -10,6 +10,8 @@ sweep, as `sweep run --resume`: a rerun of the script (requeue, preemption, a ti
 resumes the same sweep. Slurm's warning signal (`--signal=B:TERM@SECONDS`) reaches this
 process: the sweep is stopped as Ctrl-C stops it (Tune saves its state, the trials stop) and,
 if the job is still running (a time limit, not a requeue or scancel), the job requeues itself.
+`sweep confirm --slurm` does the same for a finished sweep's confirmation round (`sweep confirm
+--resume` in the job: a rerun resumes the round).
 """
 
 import logging
@@ -28,6 +30,7 @@ from pathlib import Path
 from ..errors import UserError, first_line
 from ..search.space import load_space
 from ..sweep.layout import (
+    CONFIRM_SBATCH_FILE,
     JOB_HEAD_FILE,
     JOB_PRIVATE_DIR,
     JOB_TOKEN_FILE,
@@ -38,6 +41,7 @@ from ..sweep.layout import (
 )
 from ..tracking.uris import resolve_tracking_uri
 
+COMMANDS = {"run": "submit", "confirm": "confirm"}  # what a job runs: the command writing it
 PORT_BASE, PORT_SLOTS, SLOT_SIZE = 20000, 400, 100  # ports 20000-59999, 100 to a slot
 SERVICES = 8  # a slot's first ports: Ray's services on a node; the rest: its workers
 NODE_TIMEOUT = 300  # seconds for the workers' nodes to join the head
@@ -81,26 +85,22 @@ def sbatch_lines(request: Request, name: str, output: Path) -> list[str]:
     ]
 
 
-def batch_script(request: Request, name: str, job_dir: Path, sweep_args: list[str]) -> str:
+def batch_script(
+    request: Request, name: str, job_dir: Path, sweep_args: list[str], command: str = "run"
+) -> str:
     """The batch script: the job's resources, then one command, run again from the top after
-    a requeue (the sweep resumes). Holds no secret: the token is made in the job."""
-    job = [
-        sys.executable,
-        "-m",
-        "rhnsearch.cli",
-        "sweep",
-        "slurm-job",
-        str(job_dir),
-        "--",
-        *sweep_args,
-        "--resume",
-    ]
+    a requeue (the sweep, or with COMMAND "confirm" its confirmation round, resumes). Holds no
+    secret: the token is made in the job."""
+    job = [sys.executable, "-m", "rhnsearch.cli", "sweep", "slurm-job", str(job_dir)]
+    job += [*(["--command", command] if command != "run" else []), "--", *sweep_args, "--resume"]
+    what = "its confirmation round" if command == "confirm" else "the sweep"
     return "\n".join(
         [
             "#!/bin/bash",
             *sbatch_lines(request, name, job_dir / SLURM_OUTPUT),
-            f"# Sweep {name}, written by `rhnsearch sweep submit --slurm`. Slurm runs it again",
-            "# from the top after a requeue or a time limit: the sweep resumes where it stopped.",
+            f"# Sweep {name}, written by `rhnsearch sweep {COMMANDS[command]} --slurm`. Slurm "
+            "runs it again",
+            f"# from the top after a requeue or a time limit: {what} resumes where it stopped.",
             f"cd {shlex.quote(os.getcwd())}",
             "exec " + shlex.join(job),
             "",
@@ -276,10 +276,10 @@ def log(text: str):
     logging.getLogger(__name__).info(text)
 
 
-def run_job(job_dir: str, sweep_args: list[str]) -> int:
-    """The batch script's command: a Ray cluster over the allocation's nodes, the sweep on
-    it, the cluster stopped; requeues the job when Slurm's warning signal came while it was
-    running. Returns the sweep's exit code."""
+def run_job(job_dir: str, sweep_args: list[str], command: str = "run") -> int:
+    """The batch script's command: a Ray cluster over the allocation's nodes, `sweep COMMAND
+    SWEEP_ARGS` on it, the cluster stopped; requeues the job when Slurm's warning signal came
+    while it was running. Returns the sweep's exit code."""
     job = Job(Path(job_dir).resolve())
     restarts = os.environ.get("SLURM_RESTART_COUNT", "0")
     nodes = scontrol("show", "hostnames", os.environ["SLURM_JOB_NODELIST"]).split()
@@ -319,7 +319,8 @@ def run_job(job_dir: str, sweep_args: list[str]) -> int:
                 start_new_session=True,
             )
         wait_for_nodes(f"{head}:{base}", len(nodes), job.env)
-        code = run_sweep(sweep_args + ["--address", f"{head}:{base}"], job.env, stopping)
+        args = [command, *sweep_args, "--address", f"{head}:{base}"]
+        code = run_sweep(args, job.env, stopping)
         if stopping and code != 0 and job_state(job.id) == "RUNNING":
             log(
                 f"stopped by Slurm's warning signal at {time.strftime('%H:%M:%S')}: the "
@@ -364,10 +365,11 @@ def wait_for_nodes(address: str, count: int, env: dict):
 
 
 def run_sweep(args: list[str], env: dict, stopping: list) -> int:
-    """`rhnsearch sweep run ARGS` in a process of its own; Slurm's SIGTERM reaches it as
-    SIGINT, which stops a sweep as Ctrl-C does (Tune saves its state, the trials stop)."""
+    """`rhnsearch sweep ARGS` (run or confirm) in a process of its own; Slurm's SIGTERM
+    reaches it as SIGINT, which stops a sweep as Ctrl-C does (Tune saves its state, the trials
+    stop)."""
     sweep = subprocess.Popen(
-        [sys.executable, "-m", "rhnsearch.cli", "sweep", "run", *args], env={**os.environ, **env}
+        [sys.executable, "-m", "rhnsearch.cli", "sweep", *args], env={**os.environ, **env}
     )
     signal.signal(
         signal.SIGTERM, lambda *_: (stopping.append(time.time()), sweep.send_signal(signal.SIGINT))
@@ -447,6 +449,36 @@ def submit_sweep(
     )
     text = batch_script(request, name, job_dir, args)
     path = job_dir / SBATCH_FILE
+    if dry_run:
+        return path, text, None
+    job_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path, text, submit(path)
+
+
+def submit_confirm(
+    name: str,
+    request: Request,
+    storage_path: str | None,
+    *,
+    top: int,
+    seeds: int,
+    dry_run: bool = False,
+) -> tuple[Path, str, str | None]:
+    """Write the batch script of the confirmation round of sweep NAME (`sweep confirm`, with
+    TOP and SEEDS) into its job directory and sbatch it; returns (the script's path, its text,
+    the job id). The round is checked here first (lifecycle.chosen_confirmation: bad input is
+    one line before anything is submitted); with DRY_RUN nothing is written or submitted."""
+    from ..sweep.lifecycle import chosen_confirmation
+
+    if request.nodes < 1 or request.signal_seconds < 1:
+        raise UserError("--nodes and --signal-seconds must be positive")
+    root = sweep_storage(storage_path, None)  # the job's Ray is not there yet: no address
+    chosen_confirmation(name, top=top, seeds=seeds, address=None, storage_path=root)
+    job_dir = SweepPaths(root, name).slurm_dir
+    args = [name, "--top", str(top), "--seeds", str(seeds), "--storage-path", root]
+    text = batch_script(request, name, job_dir, args, command="confirm")
+    path = job_dir / CONFIRM_SBATCH_FILE
     if dry_run:
         return path, text, None
     job_dir.mkdir(parents=True, exist_ok=True)

@@ -41,6 +41,7 @@ SENT_FILE = "mlflow_sent"
 # holding the batch script, which every rerun of the job (a requeue) runs again...
 SLURM_DIR = "slurm"
 SBATCH_FILE = "sweep.sbatch"
+CONFIRM_SBATCH_FILE = "confirm.sbatch"  # `sweep confirm --slurm`'s
 # ...the job's output, appended to by every rerun (Slurm writes it, %j the job id)...
 SLURM_OUTPUT = "slurm-%j.out"
 # ...and, while a run of the job lasts, its private folder (mode 700, removed at the end): the

@@ -55,7 +55,7 @@ from .checkpoints import (
 from .close import close_sweep
 from .confirm import confirmation
 from .layout import LOCAL_SWEEPS, SweepPaths, round_name, sweep_storage
-from .record import Round, SweepRecord, read_record, write_record
+from .record import Confirmation, Round, SweepRecord, read_record, write_record
 from .trainable import run_trial
 
 log = logging.getLogger(__name__)
@@ -462,6 +462,7 @@ def confirm_sweep(
     seeds: int,
     address: str | None = None,
     storage_path: str | None = None,
+    resume: bool = False,
 ) -> dict:
     """Train the TOP best settings of every cell of a finished sweep again, each with SEEDS
     seeds the sweep has not used, for the space's full epochs and without early stopping, as a
@@ -473,11 +474,48 @@ def confirm_sweep(
     Args:
         name: The sweep's name.
         top: Settings a cell, at least 1 and at most the cell's finished settings.
-        seeds: Seeds a setting, at least 2 (an interval needs two).
+        seeds: Seeds a setting, at least 2 (an interval over seeds needs two).
         address: The Ray cluster's address; None: a local Ray.
         storage_path: The storage root the sweep ran in; None: ``$RHNSEARCH_STORAGE``, else
             results/sweeps.
+        resume: Where the sweep's last round is a confirmation round that has not finished,
+            resume it instead (one command for a job that may run again: a requeued Slurm job).
     """
+    if resume and unfinished_confirmation(load_record(name, storage_path, address)):
+        return resume_sweep(name, address=address, storage_path=storage_path)
+    record, client, confirm = chosen_confirmation(
+        name, top=top, seeds=seeds, address=address, storage_path=storage_path
+    )
+    space = Space.model_validate(record.space)
+    start_ray(address, space.cell_modules)
+    record = record.confirmed(confirm)
+    write_record(record)
+    client.update_run(record.parent_run_id, status="RUNNING")
+    client.set_tag(
+        record.parent_run_id,
+        f"confirmed_{len(record.rounds) - 1}",
+        f"the {top} best setting(s) a cell with seeds {', '.join(map(str, confirm.seeds))}, "
+        f"{confirm.epochs} epochs ({datetime.now().isoformat(timespec='seconds')})",
+    )
+    return finish(build_tuner(space, record), record)
+
+
+def unfinished_confirmation(record: SweepRecord) -> bool:
+    """Whether RECORD's last round is a confirmation round its parent run has not finished."""
+    if record.rounds[-1].confirm is None:
+        return False
+    check_store(record.tracking_uri)
+    status = MlflowClient(record.tracking_uri).get_run(record.parent_run_id).info.status
+    return status != "FINISHED"
+
+
+def chosen_confirmation(
+    name: str, *, top: int, seeds: int, address: str | None, storage_path: str | None
+) -> tuple[SweepRecord, MlflowClient, Confirmation]:
+    """The record of the finished sweep NAME, its store's client and the confirmation round
+    `confirm_sweep` runs, chosen from MLflow; nothing is written and Ray is not started, so
+    that bad input (an unknown or unfinished sweep, --top above a cell's finished settings,
+    --seeds below 2) is one line before anything runs, here or in a job."""
     if top < 1 or seeds < 2:
         raise UserError(
             f"sweep confirm: --top {top} --seeds {seeds}: confirm at least 1 setting a cell "
@@ -485,29 +523,18 @@ def confirm_sweep(
         )
     record = load_record(name, storage_path, address)
     space = Space.model_validate(record.space)
-    client, parent = finished_parent(record, "confirm")
+    client, _ = finished_parent(record, "confirm")
     experiment = client.get_experiment(record.experiment_id).name
     exp = store.Experiment(experiment, record.experiment_id, record.tracking_uri, client)
-    runs = store.trials(exp, name)
     confirm = confirmation(
-        runs,
+        store.trials(exp, name),
         lambda run_id: client.get_run(run_id).data.params,
         space,
         list(record.cells),
         top=top,
         seeds=seeds,
     )
-    start_ray(address, space.cell_modules)
-    record = record.confirmed(confirm)
-    write_record(record)
-    client.update_run(parent, status="RUNNING")
-    client.set_tag(
-        parent,
-        f"confirmed_{len(record.rounds) - 1}",
-        f"the {top} best setting(s) a cell with seeds {', '.join(map(str, confirm.seeds))}, "
-        f"{confirm.epochs} epochs ({datetime.now().isoformat(timespec='seconds')})",
-    )
-    return finish(build_tuner(space, record), record)
+    return record, client, confirm
 
 
 def finish(tuner, record: SweepRecord) -> dict:
