@@ -20,9 +20,10 @@ simulated checkpoints hold no weights, so the sweep keeps no model (`keep_model=
 
 Per size, with a fresh MLflow store (a sqlite file, or `mlflow server` on a fresh PostgreSQL
 database) and a fresh storage (a directory, or a bucket of moto's S3 server): the driver's
-CPU seconds (user + system, all its threads, `run_sweep` from start to return: trials, MLflow
-drain and the sweep's close) per trial-epoch, its peak RSS, wall seconds per trial (and the
-trials and close phases), the storage's bytes and objects when the sweep is done, MLflow
+CPU seconds (user + system, all its threads, `run_sweep` from start to return) per
+trial-epoch, its peak RSS, wall seconds per trial, the wall and CPU seconds of its phases (setup
+until the Tuner is built; trials, with the MLflow drain; the sweep's close: summary, histories,
+plots, report), the storage's bytes and objects when the sweep is done, MLflow
 records lost (trial-epochs Tune took from the trials that MLflow lacks, and trials whose run
 never ended: must be 0), and the wall and CPU seconds of `sweep status`, `results report`,
 `results export --history` and `results table` run on the finished sweep. One table row per
@@ -222,8 +223,9 @@ def restored(checkpoint) -> tuple[dict, float]:
 
 def drive(args) -> dict:
     """Run the sweep with `run_sweep` (the code of `rhnsearch sweep run`) on a Ray of --slots
-    logical CPUs, its trials simulated: the driver's CPU seconds, peak RSS, wall seconds and
-    summary, and the last epoch Tune took of each trial."""
+    logical CPUs, its trials simulated: the driver's wall and CPU seconds in each phase (setup
+    until the Tuner is built, trials until the sweep closes, close), its peak RSS, the sweep's
+    summary and the last epoch Tune took of each trial."""
     import ray
 
     from rhnsearch.sweep import lifecycle
@@ -241,14 +243,20 @@ def drive(args) -> dict:
         _temp_dir=args.ray_dir,
     )
     function, tuners = simulated(read_curves(args.histories, args.epochs), args.epoch_ms), []
-    real_build_tuner = lifecycle.build_tuner
+    marks = {}  # phase -> (wall, CPU seconds) when it began
+    real_build_tuner, real_close_sweep = lifecycle.build_tuner, lifecycle.close_sweep
 
     def build_tuner(space, record):  # run_sweep's Tuner, its trials simulated
+        marks["trials"] = time.monotonic(), cpu_seconds()
         tuners.append(real_build_tuner(space, record, function=function))
         return tuners[-1]
 
-    lifecycle.build_tuner = build_tuner
-    cpu, start = cpu_seconds(), time.monotonic()
+    def close_sweep(*args, **options):
+        marks["close"] = time.monotonic(), cpu_seconds()
+        return real_close_sweep(*args, **options)
+
+    lifecycle.build_tuner, lifecycle.close_sweep = build_tuner, close_sweep
+    marks["setup"] = time.monotonic(), cpu_seconds()
     try:
         summary = lifecycle.run_sweep(
             SPACE,
@@ -266,13 +274,22 @@ def drive(args) -> dict:
             name=NAME,
             storage_path=args.root,
         )
-        cpu, wall = cpu_seconds() - cpu, time.monotonic() - start
+        marks["end"] = time.monotonic(), cpu_seconds()
         peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         results = tuners[0].get_results()
         taken = {r.metrics["trial_id"]: r.metrics.get("epoch", 0) for r in results if r.metrics}
     finally:
         ray.shutdown()
-    return {"cpu": cpu, "wall": wall, "peak_mb": peak_mb, "summary": summary, "taken": taken}
+    phases = list(marks)
+    return {
+        "phases": {
+            phase: {"wall": marks[end][0] - marks[phase][0], "cpu": marks[end][1] - marks[phase][1]}
+            for phase, end in zip(phases, phases[1:])
+        },
+        "peak_mb": peak_mb,
+        "summary": summary,
+        "taken": taken,
+    }
 
 
 def cpu_seconds() -> float:
@@ -448,16 +465,17 @@ def measure(args, trials: int) -> dict:
         size, objects = usage()
         commands = results_commands(work, uri, root, env)
         lost = records_lost(work / "history.parquet", driver["taken"])
-    summary, epochs = driver["summary"], sum(driver["taken"].values())
+    summary, phases = driver["summary"], driver["phases"]
+    epochs = sum(driver["taken"].values())
     return {
         "trials": summary["trials"],
         "trial_epochs": epochs,
         **{s: summary[s] for s in ("completed", "stopped", "diverged", "failed", "running")},
-        "driver_cpu_ms_per_trial_epoch": 1000 * driver["cpu"] / epochs,
+        "driver_cpu_ms_per_trial_epoch": 1000 * sum(p["cpu"] for p in phases.values()) / epochs,
         "driver_peak_rss_mb": driver["peak_mb"],
-        "wall_s_per_trial": driver["wall"] / summary["trials"],
-        "trials_phase_s": summary["trials_seconds"],
-        "close_s": summary["wall_seconds"] - summary["trials_seconds"],
+        "wall_s_per_trial": sum(p["wall"] for p in phases.values()) / summary["trials"],
+        **{f"{phase}_s": p["wall"] for phase, p in phases.items()},
+        **{f"{phase}_cpu_s": p["cpu"] for phase, p in phases.items()},
         "storage_mb": size / 2**20,
         "storage_objects": objects,
         "mlflow_records_lost": lost,
@@ -474,7 +492,8 @@ COLUMNS = [  # (heading, key, format)
     ("CPU ms/t-ep", "driver_cpu_ms_per_trial_epoch", "{:>11.2f}"),
     ("RSS MB", "driver_peak_rss_mb", "{:>7.0f}"),
     ("wall s/trial", "wall_s_per_trial", "{:>12.3f}"),
-    ("close s", "close_s", "{:>8.1f}"),
+    ("trials CPU s", "trials_cpu_s", "{:>12.1f}"),
+    ("close CPU s", "close_cpu_s", "{:>11.1f}"),
     ("storage MB", "storage_mb", "{:>10.2f}"),
     ("objects", "storage_objects", "{:>8d}"),
     ("lost", "mlflow_records_lost", "{:>5d}"),
