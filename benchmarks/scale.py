@@ -3,9 +3,11 @@ checkpoints) over a simulated trainable, at sizes a laptop could never train, to
 driver and the results commands cost as the number of trials grows.
 
 The JSB study's `cpu` preset (12 cells: 3 archs x 4 depths, ASHA within each cell, rungs at
-epochs 2, 6 and 18) with --trials / 12 settings a cell and --epochs epochs at most, run by
-`lifecycle.run_sweep` in a fresh process on a local Ray of --slots logical CPUs (one a trial,
-no GPU), its trials the simulated trainable below instead of `run_trial`. A simulated trial
+epochs 2, 6 and 18) with --trials / 12 settings a cell (rounded down) and --epochs epochs at
+most, run by `lifecycle.run_sweep` in a fresh process on a local Ray of --slots logical CPUs
+(one a trial, no GPU), its trials the simulated trainable below instead of `run_trial`: the
+benchmark hands it to run_sweep's `build_tuner` (the trainable's one parameter there), and
+marks the phases where run_sweep builds the Tuner and closes the sweep. A simulated trial
 follows the real reporting protocol (`sweep/trainable.py`, `train.epoch_reports`): each epoch
 it sleeps --epoch-ms, reports the metrics a real JSB trial reports (placement and held seconds
 included) with a checkpoint as the real one writes it (`trainer.pt`, here a tiny zip with its
