@@ -1,0 +1,567 @@
+"""Scale: the real driver (`sweep run`: its searcher, per-cell ASHA, MLflow tracker, storage and
+checkpoints) over a simulated trainable, at sizes a laptop could never train, to see what the
+driver and the results commands cost as the number of trials grows.
+
+The JSB study's `cpu` preset (12 cells: 3 archs x 4 depths, ASHA within each cell, rungs at
+epochs 2, 6 and 18) with --trials / 12 settings a cell (rounded down) and --epochs epochs at
+most, run by `lifecycle.run_sweep` in a fresh process on a local Ray of --slots logical CPUs
+(one a trial, no GPU), its trials the simulated trainable below instead of `run_trial`: the
+benchmark hands it to run_sweep's `build_tuner` (the trainable's one parameter there), and
+marks the phases where run_sweep builds the Tuner and closes the sweep. A simulated trial
+follows the real reporting protocol (`sweep/trainable.py`, `train.epoch_reports`): each epoch
+it sleeps --epoch-ms, reports the metrics a real JSB trial reports (placement and held seconds
+included) with a checkpoint as the real one writes it (`trainer.pt`, here a tiny zip with its
+epoch, and `held.json`), and ends on the final result (status completed or diverged, best
+epoch, test loss, best training loss) or is stopped by ASHA. Its losses are replayed from a
+learning curve of a history export (`results export --history`; by default the committed
+`jsb_paper` example's), picked by the trial's cell (arch and depth) and seed: a curve that
+diverges within --epochs ends the trial diverged there, a shorter one (stopped by the sweep
+that made it) holds its last values to the end. --synthetic-curves replays made-up curves
+instead (clearly not the study's: for trying the benchmark without a history file). The
+simulated checkpoints hold no weights, so the sweep keeps no model (`keep_model=none`).
+
+Per size, with a fresh MLflow store (a sqlite file, or `mlflow server` on a fresh PostgreSQL
+database) and a fresh storage (a directory, or a bucket of moto's S3 server): the driver's
+CPU seconds (user + system, all its threads, `run_sweep` from start to return) per
+trial-epoch, its peak RSS, wall seconds per trial, the wall and CPU seconds of its phases (setup
+until the Tuner is built; trials, with the MLflow drain; the sweep's close: summary, histories,
+plots, report), the storage's bytes and objects when the sweep is done, MLflow
+records lost (trial-epochs Tune took from the trials that MLflow lacks, and trials whose run
+never ended: must be 0), and the wall and CPU seconds of `sweep status`, `results report`,
+`results export --history` and `results table` run on the finished sweep. One table row per
+size as it finishes, then one JSON line.
+
+    python benchmarks/scale.py [--trials 500 2000 10000] [--search random|optuna]
+        [--store sqlite|postgres] [--storage dir|bucket] [--slots 64] [--epochs 40]
+        [--epoch-ms 5] [--histories FILE.parquet | --synthetic-curves]
+
+`--store postgres` needs Debian's PostgreSQL and root (tests/lab_services.py), `--storage
+bucket` moto's server (the `test` extra). Run it on an otherwise idle machine: the trials
+share its cores with the driver.
+"""
+
+import argparse
+import json
+import logging
+import math
+import os
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+import zlib
+from contextlib import ExitStack, contextmanager, suppress
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import psutil
+
+from rhnsearch.sweep.layout import CHECKPOINT_FILE, HELD_FILE
+
+ROOT = Path(__file__).resolve().parents[1]
+SPACE = ROOT / "spaces" / "jsb_optimization.yaml"
+PRESET, CELLS = "cpu", 12  # the preset's cells: 3 archs x 4 depths
+HISTORIES = ROOT / "results" / "examples" / "jsb_paper" / "histories.parquet"
+EXPERIMENT, NAME = "scale", "scale"
+REPLAYED = ("train_loss", "valid_loss", "grad_norm", "steps_per_sec")  # a curve's, each epoch
+ENDING = ("test_loss", "best_train_loss")  # a curve's, on its last row
+RAY_TEMP = Path("/tmp/scale-ray")
+BUCKET = "sweeps"
+AWS = {
+    "AWS_ACCESS_KEY_ID": "bench",
+    "AWS_SECRET_ACCESS_KEY": "bench",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+# -- the curves ------------------------------------------------------------------------------
+
+
+def read_curves(path: Path, epochs: int) -> dict[str, list[dict]]:
+    """The learning curves of a history export, per cell 'ARCH dDEPTH', in trial order: each
+    trial's first EPOCHS epochs of REPLAYED metrics, its ENDING metrics and whether it
+    diverged within them."""
+    frame = pd.read_parquet(path).sort_values(["trial_id", "epoch"])
+    curves = {}
+    for _, rows in frame.groupby("trial_id", sort=True):
+        first, last = rows.iloc[0], rows.iloc[-1]
+        kept = rows[rows["epoch"] <= epochs]
+        curves.setdefault(f"{first['params.arch']} d{first['params.depth']}", []).append(
+            {
+                "epochs": [
+                    {m: float(row.get(f"metrics.{m}", math.nan)) for m in REPLAYED}
+                    for _, row in kept.iterrows()
+                ],
+                "ending": {m: float(last.get(f"metrics.{m}", math.nan)) for m in ENDING},
+                "diverged": last["status"] == "diverged" and len(kept) == len(rows),
+            }
+        )
+    return curves
+
+
+def synthetic_histories(epochs: int) -> pd.DataFrame:
+    """Made-up learning curves in the history export's columns, 8 trials a cell: a loss
+    decaying to a floor, one trial in four diverging. Not the study's: for a dry run."""
+    rng, rows = np.random.default_rng(0), []
+    for arch in ("rhn", "dtrnn", "dtsrnn"):
+        for depth in (1, 2, 4, 6):
+            for k in range(8):
+                floor, tau = rng.uniform(8.0, 9.5), rng.uniform(2.0, 10.0)
+                last = int(rng.integers(3, epochs)) if k % 4 == 3 else epochs
+                for epoch in range(1, last + 1):
+                    loss = floor + 4.0 * math.exp(-epoch / tau)
+                    diverged = epoch == last < epochs
+                    rows.append(
+                        {
+                            "trial_id": f"{arch}_{depth}_{k}",
+                            "status": "diverged" if last < epochs else "completed",
+                            "params.arch": arch,
+                            "params.depth": depth,
+                            "epoch": epoch,
+                            "metrics.train_loss": loss - 0.3,
+                            "metrics.valid_loss": math.nan if diverged else loss,
+                            "metrics.grad_norm": rng.uniform(0.5, 5.0),
+                            "metrics.steps_per_sec": 100.0,
+                            "metrics.test_loss": loss + 0.1 if epoch == last else math.nan,
+                            "metrics.best_train_loss": loss - 0.5 if epoch == last else math.nan,
+                        }
+                    )
+    return pd.DataFrame(rows)
+
+
+def pick_curve(curves: dict, label: str, cell: dict, seed: int) -> dict:
+    """The curve a trial of the cell LABEL and SEED replays: one of its arch and depth's (of
+    all of them where the history has none of that cell), the same for the same cell and
+    seed."""
+    same = curves.get(f"{cell['arch']} d{cell['depth']}")
+    group = same or [c for key in sorted(curves) for c in curves[key]]
+    return group[zlib.crc32(f"{label} {seed}".encode()) % len(group)]
+
+
+# -- the simulated trainable -----------------------------------------------------------------
+
+
+def simulated(curves: dict, epoch_ms: float):
+    """The trial function the sweep's Tuner runs in place of `run_trial` (CONFIG, CELLS as it
+    takes them): its cell and seed's curve replayed, reported as a real trial reports."""
+
+    def trial(config: dict, cells: dict):
+        import ray
+        from ray import tune
+
+        started = time.monotonic()
+        cell = cells[config["cell"]]
+        curve = pick_curve(curves, config["cell"], cell, config["seed"])
+        last = len(curve["epochs"]) if curve["diverged"] else config["epochs"]
+        resources = ray.get_runtime_context().get_assigned_resources()
+        placement = {
+            "device": "cpu",
+            "gpu_ids": "none",
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "torch_version": "simulated",
+        }
+        state, before = restored(tune.get_checkpoint())
+        # (a trial restored from its last epoch reports it again, as train.epoch_reports does)
+        for epoch in range(min(state["epoch"] + 1, last), last + 1):
+            tick = time.monotonic()
+            time.sleep(epoch_ms / 1000)
+            metrics = {**curve["epochs"][min(epoch, len(curve["epochs"])) - 1]}
+            if metrics["valid_loss"] < state["best_valid_loss"]:
+                state.update(best_valid_loss=metrics["valid_loss"], best_epoch=epoch)
+            state["epoch"] = epoch
+            ended = "diverged" if curve["diverged"] and epoch == last else "completed"
+            metrics.update(
+                epoch=epoch,
+                best_valid_loss=state["best_valid_loss"],
+                lr=config["lr"],
+                epoch_seconds=time.monotonic() - tick,
+                status=ended if epoch == last else "running",
+            )
+            if epoch == last:
+                metrics.update(curve["ending"], best_epoch=state["best_epoch"])
+            seconds = before + time.monotonic() - started
+            spent = {
+                "held_seconds": seconds,
+                "cpu_seconds": seconds * resources.get("CPU", 0.0),
+                "gpu_seconds": seconds * resources.get("GPU", 0.0),
+            }
+            with tempfile.TemporaryDirectory() as directory:
+                save(Path(directory), state, seconds)
+                tune.report(
+                    {**metrics, **placement, **spent, "n_params": cell["params"]},
+                    checkpoint=tune.Checkpoint.from_directory(directory),
+                )
+
+    return trial
+
+
+def save(directory: Path, state: dict, held_seconds: float):
+    """A simulated checkpoint, named as the real trainable names its files: CHECKPOINT_FILE a
+    zip (as torch.save writes) of the trial's STATE, HELD_FILE its held seconds."""
+    with zipfile.ZipFile(directory / CHECKPOINT_FILE, "w") as archive:
+        archive.writestr("state.json", json.dumps(state))
+    (directory / HELD_FILE).write_text(json.dumps({"held_seconds": held_seconds}))
+
+
+def restored(checkpoint) -> tuple[dict, float]:
+    """The state and held seconds of a trial's Tune CHECKPOINT (a fresh trial's without)."""
+    if checkpoint is None:
+        return {"epoch": 0, "best_valid_loss": math.inf, "best_epoch": 0}, 0.0
+    with checkpoint.as_directory() as directory:
+        with zipfile.ZipFile(Path(directory) / CHECKPOINT_FILE) as archive:
+            state = json.loads(archive.read("state.json"))
+        held = json.loads((Path(directory) / HELD_FILE).read_text())["held_seconds"]
+    return state, held
+
+
+# -- the driver, in a process of its own -----------------------------------------------------
+
+
+def drive(args) -> dict:
+    """Run the sweep with `run_sweep` (the code of `rhnsearch sweep run`) on a Ray of --slots
+    logical CPUs, its trials simulated: the driver's wall and CPU seconds in each phase (setup
+    until the Tuner is built, trials until the sweep closes, close), its peak RSS, the sweep's
+    summary and the last epoch Tune took of each trial."""
+    import ray
+
+    from rhnsearch.sweep import lifecycle
+
+    trials = args.trials[0]
+    # start_ray starts no Ray when one is up: its settings for a sweep's driver, here
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    ray.init(
+        address="local",
+        num_cpus=args.slots,
+        num_gpus=0,
+        include_dashboard=False,
+        logging_level=logging.WARNING,
+        _temp_dir=args.ray_dir,
+    )
+    function, tuners = simulated(read_curves(args.histories, args.epochs), args.epoch_ms), []
+    marks = {}  # phase -> (wall, CPU seconds) when it began
+    real_build_tuner, real_close_sweep = lifecycle.build_tuner, lifecycle.close_sweep
+
+    def build_tuner(space, record):  # run_sweep's Tuner, its trials simulated
+        marks["trials"] = time.monotonic(), cpu_seconds()
+        tuners.append(real_build_tuner(space, record, function=function))
+        return tuners[-1]
+
+    def close_sweep(*args, **options):
+        marks["close"] = time.monotonic(), cpu_seconds()
+        return real_close_sweep(*args, **options)
+
+    lifecycle.build_tuner, lifecycle.close_sweep = build_tuner, close_sweep
+    marks["setup"] = time.monotonic(), cpu_seconds()
+    try:
+        summary = lifecycle.run_sweep(
+            SPACE,
+            preset=PRESET,
+            overrides=[
+                f"samples={trials // CELLS}",
+                f"fixed.epochs={args.epochs}",
+                "resources.cpu=1",
+                "resources.gpu=0",
+                "keep_model=none",
+            ],
+            search=args.search,
+            tracking_uri=args.uri,
+            experiment=EXPERIMENT,
+            name=NAME,
+            storage_path=args.root,
+        )
+        marks["end"] = time.monotonic(), cpu_seconds()
+        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        results = tuners[0].get_results()
+        taken = {r.metrics["trial_id"]: r.metrics.get("epoch", 0) for r in results if r.metrics}
+    finally:
+        ray.shutdown()
+    phases = list(marks)
+    return {
+        "phases": {
+            phase: {"wall": marks[end][0] - marks[phase][0], "cpu": marks[end][1] - marks[phase][1]}
+            for phase, end in zip(phases, phases[1:])
+        },
+        "peak_mb": peak_mb,
+        "summary": summary,
+        "taken": taken,
+    }
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_driver(args, trials: int, work: Path, uri: str, root: str, env: dict) -> dict:
+    """`drive` in a fresh process (its output in WORK/driver.log), its Ray's temp dir
+    removed afterwards and any process of that Ray still alive killed, by its pid."""
+    ray_dir, result = RAY_TEMP / f"{os.getpid()}-{trials}", work / "driver.json"
+    command = [sys.executable, __file__, "--driver", "--uri", uri, "--root", root]
+    command += ["--ray-dir", str(ray_dir), "--result", str(result), "--trials", str(trials)]
+    command += ["--search", args.search, "--slots", str(args.slots), "--epochs", str(args.epochs)]
+    command += ["--epoch-ms", str(args.epoch_ms), "--histories", str(args.histories)]
+    try:
+        with open(work / "driver.log", "w") as log:
+            code = subprocess.run(command, cwd=work, env=env, stdout=log, stderr=log).returncode
+    finally:
+        kill_ray(ray_dir)
+    if code:
+        sys.exit(
+            f"driver of {trials} trials exited {code}:\n{(work / 'driver.log').read_text()[-3000:]}"
+        )
+    return json.loads(result.read_text())
+
+
+def kill_ray(ray_dir: Path):
+    """Kill the processes of the Ray whose temp dir is RAY_DIR that are still alive (those
+    naming it, and their children: its workers name only their task), by pid; remove it."""
+    named = [
+        proc
+        for proc in psutil.process_iter(["cmdline"])
+        if any(str(ray_dir) in part for part in proc.info["cmdline"] or ())
+    ]
+    for proc in named:
+        with suppress(psutil.NoSuchProcess):
+            for child in [*proc.children(recursive=True), proc]:
+                with suppress(psutil.NoSuchProcess):
+                    child.kill()
+    shutil.rmtree(ray_dir, ignore_errors=True)
+
+
+# -- the services ----------------------------------------------------------------------------
+
+
+@contextmanager
+def tracking_store(kind: str, work: Path):
+    """The MLflow store's URI: a sqlite file in WORK, or `mlflow server` on a fresh PostgreSQL
+    database (tests/lab_services.py), stopped and dropped afterwards."""
+    if kind == "sqlite":
+        yield f"sqlite:///{work / 'mlflow.db'}"
+        return
+    sys.path.insert(0, str(ROOT / "tests"))
+    from lab_services import mlflow_server, postgres_database
+
+    with postgres_database() as database, mlflow_server(database, work) as url:
+        yield url
+
+
+@contextmanager
+def sweep_storage(kind: str, work: Path):
+    """(storage root, the environment that reaches it, a function giving the bytes and
+    objects under the sweep's folder): a directory in WORK, or a bucket of moto's S3 server on
+    a free loopback port, killed afterwards."""
+    if kind == "dir":
+        root = work / "sweeps"
+        yield str(root), {}, lambda: folder_usage(root / NAME)
+        return
+    port = free_port()
+    with open(work / "s3.log", "w") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        import boto3
+
+        s3 = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", **aws_keywords())
+        for _ in range(100):
+            try:
+                s3.create_bucket(Bucket=BUCKET)
+                break
+            except Exception:  # noqa: BLE001 - not up yet
+                time.sleep(0.2)
+        root = f"s3://{BUCKET}/scale?endpoint_override=127.0.0.1:{port}&scheme=http"
+        yield root, AWS, lambda: bucket_usage(s3, f"scale/{NAME}/")
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+
+
+def aws_keywords() -> dict:
+    return {
+        "region_name": AWS["AWS_DEFAULT_REGION"],
+        "aws_access_key_id": AWS["AWS_ACCESS_KEY_ID"],
+        "aws_secret_access_key": AWS["AWS_SECRET_ACCESS_KEY"],
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def folder_usage(folder: Path) -> tuple[int, int]:
+    files = [p for p in folder.rglob("*") if p.is_file()]
+    return sum(p.stat().st_size for p in files), len(files)
+
+
+def bucket_usage(s3, prefix: str) -> tuple[int, int]:
+    size = count = 0
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
+        for item in page.get("Contents", []):
+            size, count = size + item["Size"], count + 1
+    return size, count
+
+
+# -- one size --------------------------------------------------------------------------------
+
+
+def timed(command: list[str], work: Path, env: dict) -> dict:
+    """Wall and CPU seconds of `rhnsearch COMMAND` in WORK (which must exit 0)."""
+    before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "rhnsearch.cli", *command],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    wall, after = time.monotonic() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode:
+        sys.exit(f"rhnsearch {' '.join(command)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return {"wall": wall, "cpu": cpu}
+
+
+def results_commands(work: Path, uri: str, root: str, env: dict) -> dict:
+    """The seconds of the four commands on the finished sweep (the history export written to
+    WORK/history.parquet)."""
+    store = ["--experiment", EXPERIMENT, "--sweep", NAME, "--tracking-uri", uri]
+    return {
+        "status": timed(["sweep", "status", NAME, "--storage-path", root], work, env),
+        "report": timed(["results", "report", *store, "--out", "report.html"], work, env),
+        "export": timed(
+            ["results", "export", *store, "--history", "--out", "history.parquet"], work, env
+        ),
+        "table": timed(["results", "table", *store], work, env),
+    }
+
+
+def records_lost(history: Path, taken: dict) -> int:
+    """Trial-epochs Tune took (TAKEN: trial id -> its last epoch) that MLflow lacks (the rows
+    of the history export), and the trials whose run never ended (status running)."""
+    frame = pd.read_parquet(history, columns=["trial_id", "epoch", "status"])
+    stored = frame.groupby("trial_id")["epoch"].nunique()
+    missing = sum(max(0, int(epoch) - int(stored.get(t, 0))) for t, epoch in taken.items())
+    return missing + int(frame.loc[frame["status"] == "running", "trial_id"].nunique())
+
+
+def measure(args, trials: int) -> dict:
+    """One size: the sweep's driver, its storage, the commands and the records lost."""
+    with tempfile.TemporaryDirectory(prefix="scale-") as folder, ExitStack() as services:
+        work = Path(folder)
+        uri = services.enter_context(tracking_store(args.store, work))
+        root, reach, usage = services.enter_context(sweep_storage(args.storage, work))
+        env = {**os.environ, **reach}
+        driver = run_driver(args, trials, work, uri, root, env)
+        size, objects = usage()
+        commands = results_commands(work, uri, root, env)
+        lost = records_lost(work / "history.parquet", driver["taken"])
+    summary, phases = driver["summary"], driver["phases"]
+    epochs = sum(driver["taken"].values())
+    return {
+        "trials": summary["trials"],
+        "trial_epochs": epochs,
+        **{s: summary[s] for s in ("completed", "stopped", "diverged", "failed", "running")},
+        "driver_cpu_ms_per_trial_epoch": 1000 * sum(p["cpu"] for p in phases.values()) / epochs,
+        "driver_peak_rss_mb": driver["peak_mb"],
+        "wall_s_per_trial": sum(p["wall"] for p in phases.values()) / summary["trials"],
+        **{f"{phase}_s": p["wall"] for phase, p in phases.items()},
+        **{f"{phase}_cpu_s": p["cpu"] for phase, p in phases.items()},
+        "storage_mb": size / 2**20,
+        "storage_objects": objects,
+        "mlflow_records_lost": lost,
+        **{f"{name}_s": t["wall"] for name, t in commands.items()},
+        **{f"{name}_cpu_s": t["cpu"] for name, t in commands.items()},
+    }
+
+
+# -- the command line ------------------------------------------------------------------------
+
+COLUMNS = [  # (heading, key, format)
+    ("trials", "trials", "{:>7d}"),
+    ("trial-ep", "trial_epochs", "{:>9d}"),
+    ("CPU ms/t-ep", "driver_cpu_ms_per_trial_epoch", "{:>11.2f}"),
+    ("RSS MB", "driver_peak_rss_mb", "{:>7.0f}"),
+    ("wall s/trial", "wall_s_per_trial", "{:>12.3f}"),
+    ("trials CPU s", "trials_cpu_s", "{:>12.1f}"),
+    ("close CPU s", "close_cpu_s", "{:>11.1f}"),
+    ("storage MB", "storage_mb", "{:>10.2f}"),
+    ("objects", "storage_objects", "{:>8d}"),
+    ("lost", "mlflow_records_lost", "{:>5d}"),
+    ("status s", "status_s", "{:>8.1f}"),
+    ("report s", "report_s", "{:>8.1f}"),
+    ("export s", "export_s", "{:>8.1f}"),
+    ("table s", "table_s", "{:>7.1f}"),
+]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--trials", type=int, nargs="+", default=[500, 2000, 10000])
+    p.add_argument("--search", choices=["random", "optuna"], default="random")
+    p.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
+    p.add_argument("--storage", choices=["dir", "bucket"], default="dir")
+    p.add_argument("--slots", type=int, default=64, help="Ray's logical CPUs: trials at once")
+    p.add_argument("--epochs", type=int, default=40, help="epochs a trial at most")
+    p.add_argument("--epoch-ms", type=float, default=5.0, help="a simulated epoch's sleep")
+    p.add_argument("--histories", type=Path, default=HISTORIES, help="a history export")
+    p.add_argument("--synthetic-curves", action="store_true", help="made-up curves instead")
+    for hidden in ("--uri", "--root", "--ray-dir", "--result"):
+        p.add_argument(hidden, help=argparse.SUPPRESS)
+    p.add_argument("--driver", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.driver:
+        Path(args.result).write_text(json.dumps(drive(args)))
+        return
+    with tempfile.TemporaryDirectory(prefix="scale-curves-") as folder:
+        if args.synthetic_curves:
+            args.histories = Path(folder) / "synthetic.parquet"
+            synthetic_histories(args.epochs).to_parquet(args.histories)
+        elif not args.histories.exists():
+            sys.exit(
+                f"no history export at {args.histories}: pass --histories or --synthetic-curves"
+            )
+        curves = "synthetic" if args.synthetic_curves else str(args.histories)
+        print(
+            f"{args.search} search, {args.store} store, storage in a {args.storage}, "
+            f"{args.slots} slots, {args.epochs} epochs at most, {args.epoch_ms:g} ms an epoch, "
+            f"curves {curves}",
+            flush=True,
+        )
+        print(" ".join(f"{h:>{len(f.format(0))}}" for h, _, f in COLUMNS), flush=True)
+        rows = []
+        for trials in args.trials:
+            rows.append(measure(args, trials))
+            print(" ".join(f.format(rows[-1][k]) for _, k, f in COLUMNS), flush=True)
+    print(
+        json.dumps(
+            {
+                "search": args.search,
+                "store": args.store,
+                "storage": args.storage,
+                "slots": args.slots,
+                "epochs": args.epochs,
+                "epoch_ms": args.epoch_ms,
+                "curves": curves,
+                "sizes": [
+                    {k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}
+                    for row in rows
+                ],
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
