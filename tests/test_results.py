@@ -660,3 +660,16 @@ def test_a_pure_noise_study_reports_its_gaps_as_not_significant():
     interval = real[0].set_index("arch").at["DT-RNN", "gap: 95% interval"]
     low, high = map(float, interval.strip("[]").split(", "))
     assert low < real[0].set_index("arch").at["DT-RNN", "gap to RHN at depth 6"] < high
+
+
+def test_every_run_is_read_past_a_page(tmp_path):
+    """A search of more runs than a page holds reads every page (MLflow's page is 50,000 runs:
+    a sweep larger than that would be cut short by one call); here pages of 2 of 5 runs."""
+    from rhnsearch.tracking.runs import all_runs
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.create_experiment("paged")
+    made = {client.create_run(experiment, tags={"kind": "trial"}).info.run_id for _ in range(5)}
+    client.create_run(experiment, tags={"kind": "sweep"})
+    found = all_runs(client, experiment, "tags.kind = 'trial'", page=2)
+    assert len(found) == 5 and {r.info.run_id for r in found} == made

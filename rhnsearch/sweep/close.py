@@ -13,6 +13,7 @@ from mlflow.tracking import MlflowClient
 
 from ..errors import UserError, first_line
 from ..tracking import histories, snapshot
+from ..tracking.runs import all_runs
 from .checkpoints import saved_trial_ids
 from .layout import CHECKPOINT_FILE
 from .record import ParentRun, SweepRecord
@@ -115,11 +116,7 @@ def drop_lost_runs(client: MlflowClient, parent: ParentRun):
 
 
 def child_runs(client: MlflowClient, parent: ParentRun) -> list:
-    return client.search_runs(
-        [parent.experiment_id],
-        f"tags.mlflow.parentRunId = '{parent.run_id}'",
-        max_results=50000,
-    )
+    return all_runs(client, parent.experiment_id, f"tags.mlflow.parentRunId = '{parent.run_id}'")
 
 
 def spent(runs: list) -> dict:

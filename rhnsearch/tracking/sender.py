@@ -21,6 +21,7 @@ from ..provenance import provenance_tags
 from ..sweep.record import ParentRun
 from .datasets import dataset_input
 from .journal import Journal
+from .runs import all_runs
 
 log = logging.getLogger(__name__)
 QUEUE_SIZE = 1000  # records held in memory for the sender; the journal holds them all
@@ -153,8 +154,8 @@ class Sender:
 
     def _load(self):
         """What MLflow already has of this sweep (a resumed sweep reuses its runs)."""
-        for run in self._mlflow().search_runs(
-            [self.experiment_id], f"tags.mlflow.parentRunId = '{self.parent}'", max_results=50000
+        for run in all_runs(
+            self._mlflow(), self.experiment_id, f"tags.mlflow.parentRunId = '{self.parent}'"
         ):
             self._know(run)
 

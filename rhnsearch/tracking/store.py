@@ -18,6 +18,7 @@ from mlflow.tracking import MlflowClient
 from ..errors import UserError
 from ..provenance import COMMIT_TAG, TAGS
 from . import histories, snapshot
+from .runs import all_runs
 from .uris import existing_store
 
 ID_COLUMNS = [
@@ -69,13 +70,7 @@ def open_experiment(name: str, tracking_uri: str | None = None) -> Experiment:
 
 
 def search(exp: Experiment, filter_string: str) -> list:
-    runs, token = [], None
-    while True:
-        page = exp.client.search_runs([exp.id], filter_string, max_results=50000, page_token=token)
-        runs.extend(page)
-        token = page.token
-        if not token:
-            return runs
+    return all_runs(exp.client, exp.id, filter_string)
 
 
 def sweeps(exp: Experiment) -> pd.DataFrame:
