@@ -1,10 +1,11 @@
 """The committed example of the JSB `paper` preset (results/examples/jsb_paper/) is what the
-code makes of the trials it ships: its table and its measured finding with the sentences its
-intervals make (`claims`), made again here from its trials.parquet (the sweep's `results
-export`), in well under 2 seconds."""
+code makes of the trials it ships: its table, its measured finding on the search and on the
+confirmation round with the sentences their intervals make (`claims`), made again here from its
+trials.parquet (the sweep's `results export`), in a few seconds."""
 
 import json
 import time
+from pathlib import Path
 
 import pandas as pd
 
@@ -17,25 +18,57 @@ def table_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith("|")]
 
 
-def test_the_jsb_paper_example_is_what_its_trials_make():
+def finding_parts(every: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """The table lines and the sentences of the finding of the trials EVERY, in the order
+    finding.md gives them: the search's, then where there was a confirmation round the
+    confirmed settings' in the space's quantity (the training loss), then on validation."""
+    from rhnsearch.results.claims import CONFIRMED
+    from rhnsearch.results.confirmed import confirmed_finding
     from rhnsearch.results.export import markdown
     from rhnsearch.results.studies import KINDS
+    from rhnsearch.tracking.store import search_trials
 
-    trials = pd.read_parquet(EXAMPLE / "trials.parquet")
     kind = KINDS["optimization"]
-    assert len(trials) == 480 and set(trials["params.preset"]) == {"paper"}
+    measured = kind.measured(search_trials(every))
+    tables, sentences = table_lines(markdown(measured)), kind.claims(measured)
+    if (every["round"] == "confirm").any():
+        for metric in ("best_train_loss", "best_valid_loss"):
+            confirmed = confirmed_finding(every, metric)
+            tables += table_lines(markdown(confirmed))
+            sentences += kind.claims(confirmed, CONFIRMED)
+    return tables, sentences
+
+
+def test_the_jsb_paper_example_is_what_its_trials_make():
+    """480 search trials (40 settings in each of 12 cells) and a confirmation round of 2
+    settings a cell with 3 seeds each, all completed; the table and finding they make."""
+    from rhnsearch.tracking.store import search_trials
+
+    every = pd.read_parquet(EXAMPLE / "trials.parquet")
+    assert len(search_trials(every)) == 480 and set(every["params.preset"]) == {"paper"}
+    confirm = every[every["round"] == "confirm"]
+    assert len(confirm) == 12 * 2 * 3 and set(confirm["status"]) == {"completed"}
     start = time.perf_counter()
-    table = kind.table(trials, "best_valid_loss")
-    assert table["settings"].astype(int).tolist() == [40] * 12
-    assert table_lines(markdown(table)) == table_lines((EXAMPLE / "table.md").read_text())
-    measured = kind.measured(trials)
-    finding, claims = markdown(measured), kind.claims(measured)
-    assert time.perf_counter() - start < 2
-    committed = (EXAMPLE / "finding.md").read_text()
-    assert table_lines(finding) == table_lines(committed)
-    # its sentences are the ones its intervals make, none written by hand
+    check_table_and_finding(EXAMPLE, every)
+    assert time.perf_counter() - start < 5
+    claims = finding_parts(every)[1]
+    assert [c.split(":")[0] for c in claims] == ["RHN", "DT-RNN", "DT(S)-RNN"] * 3
+
+
+def check_table_and_finding(example: Path, every: pd.DataFrame):
+    """EXAMPLE's table.md and finding.md are what its trials EVERY make; the finding's
+    sentences are the ones its intervals make, none written by hand."""
+    from rhnsearch.results.export import markdown
+    from rhnsearch.results.studies import KINDS
+    from rhnsearch.tracking.store import search_trials
+
+    trials = search_trials(every)
+    table = KINDS["optimization"].table(trials, "best_valid_loss")
+    assert table_lines(markdown(table)) == table_lines((example / "table.md").read_text())
+    tables, claims = finding_parts(every)
+    committed = (example / "finding.md").read_text()
+    assert tables == table_lines(committed), example.name
     assert [line[2:] for line in committed.splitlines() if line.startswith("- ")] == claims
-    assert [c.split(":")[0] for c in claims] == ["RHN", "DT-RNN", "DT(S)-RNN"]
 
 
 def test_every_recorded_example_is_what_its_preset_resolves_to_today():
@@ -43,9 +76,12 @@ def test_every_recorded_example_is_what_its_preset_resolves_to_today():
     commit; space.json: the resolved space its parent run logged) is what its command gives
     today: the space file and preset, with its overrides, resolve to the recorded space (read
     by today's model, so that a field added since, at a default that changes nothing it drew,
-    does not count). A change to a preset, or to a default it relies on, fails here until the
-    example is re-made or moved out of the current examples."""
+    does not count), today's searcher draws its settings, and (the JSB optimization study)
+    its table and finding are what its trials make. A change to a preset, to a default it
+    relies on or to what a sweep draws fails here until the example is re-made or moved out of
+    the current examples."""
     from rhnsearch.search.space import Space, load_space
+    from rhnsearch.tracking.store import search_trials
 
     recorded = sorted((ROOT / "results" / "examples").glob("*/run.json"))
     assert "jsb_paper" in [p.parent.name for p in recorded]
@@ -56,6 +92,34 @@ def test_every_recorded_example_is_what_its_preset_resolves_to_today():
         assert today.model_dump(mode="json") == Space.model_validate(space).model_dump(
             mode="json"
         ), f"{path.parent.name} is stale: re-make it with its README's command"
-        trials = pd.read_parquet(path.parent / "trials.parquet")
+        every = pd.read_parquet(path.parent / "trials.parquet")
+        trials = search_trials(every)
         assert set(trials["params.preset"]) == {run["preset"]}
         assert len(trials) == today.num_trials
+        if run["search"] == "random":
+            check_drawn_settings(today, trials)
+        if today.report == "optimization":
+            check_table_and_finding(path.parent, every)
+
+
+def check_drawn_settings(space, trials: pd.DataFrame):
+    """Every cell's settings in TRIALS (a random search's) are those today's searcher draws
+    from SPACE: a change to the random stream (the searcher, how a setting's seed is made)
+    fails here too, not only a change to the space."""
+    from rhnsearch.search.searchers import CellSearcher, round_slots
+
+    def value(v):
+        return round(float(v), 12) if isinstance(v, (int, float)) else str(v)
+
+    cells = trials.groupby("params.cell")["params.arch"].first()
+    searcher = CellSearcher(
+        space, {c: {"arch": a} for c, a in cells.items()}, {}, round_slots(space.samples, 1)
+    )
+    for label, rows in trials.groupby("params.cell"):
+        drawn = [searcher.setting("", label, k) for k in range(space.samples)]
+        names = sorted(drawn[0])
+        expected = sorted(tuple(value(d[n]) for n in names) for d in drawn)
+        recorded = sorted(
+            tuple(value(row[f"params.{n}"]) for n in names) for _, row in rows.iterrows()
+        )
+        assert recorded == expected, f"{label}: today's searcher draws other settings"
