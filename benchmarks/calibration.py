@@ -24,12 +24,13 @@ import pandas as pd
 from rhnsearch.results import uncertainty
 from rhnsearch.results.expected_best import BEST_OF
 from rhnsearch.results.studies import JSB_BEST_OF
+from rhnsearch.tracking.store import search_trials
 
 TRIALS = Path(__file__).parents[1] / "results/examples/jsb_paper/trials.parquet"
 
 
 def rhn_losses() -> np.ndarray:
-    trials = pd.read_parquet(TRIALS)
+    trials = search_trials(pd.read_parquet(TRIALS))  # not the confirmation round's
     ok = trials["status"].isin(("completed", "stopped")) & (trials["params.arch"] == "rhn")
     return trials.loc[ok, "metrics.best_valid_loss"].to_numpy()
 

@@ -84,10 +84,13 @@ AWS = {
 
 
 def read_curves(path: Path, epochs: int) -> dict[str, list[dict]]:
-    """The learning curves of a history export, per cell 'ARCH dDEPTH', in trial order: each
-    trial's first EPOCHS epochs of REPLAYED metrics, its ENDING metrics and whether it
-    diverged within them."""
-    frame = pd.read_parquet(path).sort_values(["trial_id", "epoch"])
+    """The learning curves of a history export's search trials (not a confirmation round's),
+    per cell 'ARCH dDEPTH', in trial order: each trial's first EPOCHS epochs of REPLAYED
+    metrics, its ENDING metrics and whether it diverged within them."""
+    frame = pd.read_parquet(path)
+    if "round" in frame:
+        frame = frame[frame["round"] != "confirm"]
+    frame = frame.sort_values(["trial_id", "epoch"])
     curves = {}
     for _, rows in frame.groupby("trial_id", sort=True):
         first, last = rows.iloc[0], rows.iloc[-1]
