@@ -63,6 +63,12 @@ class Request:
     extra: list[str] = field(default_factory=list)  # further #SBATCH lines, as given
 
 
+def check_request(request: Request):
+    """A one-line UserError for a request Slurm would refuse."""
+    if request.nodes < 1 or request.signal_seconds < 1:
+        raise UserError("--nodes and --signal-seconds must be positive")
+
+
 def sbatch_lines(request: Request, name: str, output: Path) -> list[str]:
     """The #SBATCH lines of the batch script."""
     asked = {
@@ -438,8 +444,7 @@ def submit_sweep(
     from .jobs import sweep_args
 
     loaded = load_space(space, preset=preset, overrides=overrides)
-    if request.nodes < 1 or request.signal_seconds < 1:
-        raise UserError("--nodes and --signal-seconds must be positive")
+    check_request(request)
     uri = resolve_tracking_uri(tracking_uri)
     root = sweep_storage(storage_path, None)  # the job's Ray is not there yet: no address
     name = name or f"{loaded.study}-{preset or 'base'}-{datetime.now():%Y%m%d-%H%M%S}"
@@ -448,12 +453,7 @@ def submit_sweep(
         str(Path(space).resolve()), name, uri, root, {"preset": preset, **options}, overrides
     )
     text = batch_script(request, name, job_dir, args)
-    path = job_dir / SBATCH_FILE
-    if dry_run:
-        return path, text, None
-    job_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path, text, submit(path)
+    return written(job_dir / SBATCH_FILE, text, dry_run)
 
 
 def submit_confirm(
@@ -471,16 +471,20 @@ def submit_confirm(
     one line before anything is submitted); with DRY_RUN nothing is written or submitted."""
     from ..sweep.lifecycle import chosen_confirmation
 
-    if request.nodes < 1 or request.signal_seconds < 1:
-        raise UserError("--nodes and --signal-seconds must be positive")
+    check_request(request)
     root = sweep_storage(storage_path, None)  # the job's Ray is not there yet: no address
     chosen_confirmation(name, top=top, seeds=seeds, address=None, storage_path=root)
     job_dir = SweepPaths(root, name).slurm_dir
     args = [name, "--top", str(top), "--seeds", str(seeds), "--storage-path", root]
     text = batch_script(request, name, job_dir, args, command="confirm")
-    path = job_dir / CONFIRM_SBATCH_FILE
+    return written(job_dir / CONFIRM_SBATCH_FILE, text, dry_run)
+
+
+def written(path: Path, text: str, dry_run: bool) -> tuple[Path, str, str | None]:
+    """The batch script TEXT written to PATH and sbatched: (PATH, TEXT, the job id); with
+    DRY_RUN nothing is written or submitted (no job id)."""
     if dry_run:
         return path, text, None
-    job_dir.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path, text, submit(path)
