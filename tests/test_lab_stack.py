@@ -75,6 +75,8 @@ def test_sweep_through_a_postgresql_server_with_a_login_and_a_bucket(
             "archs=[rhn]",
             "--set",
             "depths=[1,2]",
+            "--set",
+            "fixed.epochs=3",  # each epoch a checkpoint in the bucket: 3 show what 9 would
             "--json",
             cwd=driver,
             env=login,

@@ -93,6 +93,9 @@ def test_a_bucket_that_cannot_be_used_is_one_line_before_ray(case, s3_server, tm
     assert not (tmp_path / "results" / "mlflow.db").exists()
 
 
+EPOCHS = 4  # a trial's epochs in the killed sweep: each a checkpoint in the bucket
+
+
 def test_killed_driver_resumes_from_another_directory(s3_server, tmp_path, data_dir, sweeps):
     """An Optuna sweep on a bucket, its driver SIGKILLed once trials have ended; `sweep
     resume NAME --storage-path s3://...` from another directory finishes it: the Optuna
@@ -116,7 +119,7 @@ def test_killed_driver_resumes_from_another_directory(s3_server, tmp_path, data_
         "--set",
         "samples=3",
         "--set",
-        "fixed.epochs=6",
+        f"fixed.epochs={EPOCHS}",
         "--set",
         "scheduler.name=fifo",
         "--tracking-uri",
@@ -145,7 +148,7 @@ def test_killed_driver_resumes_from_another_directory(s3_server, tmp_path, data_
     runs = child_runs(store)
     check_child_runs(client, runs, 6)
     for run in runs:
-        assert_full_histories(client, run, 6)
+        assert_full_histories(client, run, EPOCHS)
     for directory in (first, second):
         local = [p for p in directory.rglob("*") if p.is_file()]
         assert not [p for p in local if "checkpoint" in str(p) or "run_trial" in str(p)], local
