@@ -93,6 +93,31 @@ def test_a_bucket_that_cannot_be_used_is_one_line_before_ray(case, s3_server, tm
     assert not (tmp_path / "results" / "mlflow.db").exists()
 
 
+def test_the_optuna_journal_in_a_bucket_costs_the_same_at_every_append(s3_server):
+    """An Optuna journal in a bucket (ObjectJournal): its 60th append costs the server as
+    many requests as its 6th (it asks for the objects after the last it read, by number, and
+    never lists the journal's prefix); a fresh reader, as a resumed driver is, reads every log
+    in order, from the objects named as rhnsearch always named them."""
+    from rhnsearch.search.searchers import ObjectJournal
+
+    location = storage.join(s3_server.uri(s3_server.bucket()), "sweep/optuna_journal")
+    journal, first = ObjectJournal(location), len(s3_server.requests())
+    cost = []
+    for number in range(60):
+        before = len(s3_server.requests())
+        journal.append_logs([{"op_code": 0, "n": number}])
+        cost.append(len(s3_server.requests()) - before)
+    assert cost[59] == cost[5] <= 3, cost  # is there a 1st? no (2 requests); write it (1)
+    listings = [
+        r for r in s3_server.requests()[first:] if re.search(r"prefix=\S*journal/(&|$)", r[1])
+    ]
+    assert not listings, listings[:2]
+    assert storage.listdir(location) == [f"{n:09d}.json" for n in range(60)]
+    logs = ObjectJournal(location).read_logs(0)
+    assert [log["n"] for log in logs] == list(range(60))
+    assert ObjectJournal(location).read_logs(58) == logs[58:]
+
+
 EPOCHS = 4  # a trial's epochs in the killed sweep: each a checkpoint in the bucket
 
 

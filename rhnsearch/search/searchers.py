@@ -220,7 +220,10 @@ class ConfirmSearcher(Searcher):
 
 
 class ObjectJournal(BaseJournalBackend):
-    """An Optuna journal on an object store: each append is one new object, numbered."""
+    """An Optuna journal on an object store: each append is one new object, numbered from 0.
+    A read asks for the objects after the last one it read, by number, until one is missing:
+    its requests grow with the new objects, not with the journal (a listing of the prefix
+    would read every key at every append)."""
 
     def __init__(self, location: str):
         self.location, self.logs, self.objects = location, [], 0
@@ -229,16 +232,19 @@ class ObjectJournal(BaseJournalBackend):
         return {"location": self.location, "logs": [], "objects": 0}
 
     def read_logs(self, log_number_from: int):
-        for name in storage.listdir(self.location)[self.objects :]:
-            self.logs += json.loads(storage.read_text(storage.join(self.location, name)))
+        while (text := storage.read_text(self._object(self.objects))) is not None:
+            self.logs += json.loads(text)
             self.objects += 1
         return self.logs[log_number_from:]
 
+    def _object(self, number: int) -> str:
+        return storage.join(self.location, f"{number:09d}.json")
+
     def append_logs(self, logs: list):
         self.read_logs(len(self.logs))  # the numbering must follow every object
-        storage.write_text(
-            storage.join(self.location, f"{self.objects:09d}.json"), json.dumps(logs)
-        )
+        storage.write_text(self._object(self.objects), json.dumps(logs))
+        self.logs += logs  # read: as the object just written holds them
+        self.objects += 1
 
 
 def optuna_storage(sweep_dir: str) -> JournalStorage:
