@@ -1082,6 +1082,30 @@ def test_results_dir_not_writable_is_one_line_before_the_sweep(
 
 
 # -- a trial ended again by a resumed sweep ------------------------------------------------
+def test_a_journal_the_sender_never_catches_up_with_keeps_only_its_unsent_records(
+    tmp_path, monkeypatch
+):
+    """A sweep whose sender stays a few records behind its trials never empties its journal
+    (mlflow_pending.jsonl goes once MLflow has every record): past COMPACT_BYTES the journal is
+    rewritten with its unsent records, so it stays small over the sweep, and a driver that
+    dies then finds every record it has not sent, numbered as before."""
+    from rhnsearch.tracking import journal as journals
+
+    monkeypatch.setattr(journals, "COMPACT_BYTES", 4096)  # 4 MB in a sweep; 4 kB here
+    journal, sizes = journals.Journal(tmp_path), []
+    for n in range(1, 301):
+        journal.append({"trial_id": f"t{n % 7}", "metrics": [["loss", 1.0 / n, 0, n]]})
+        if n > 3:
+            journal.ack(n - 3)  # MLflow has all but the last 3
+        sizes.append(journal.path.stat().st_size)
+    assert max(sizes) < 4096 + 200, max(sizes)
+    reopened = journals.Journal(tmp_path)  # the next driver, after this one died
+    assert reopened.last == 300 and reopened.sent() == 297
+    assert [r["seq"] for r in reopened.records(reopened.sent())] == [298, 299, 300]
+    reopened.ack(300)
+    assert not reopened.path.exists()
+
+
 def test_resumed_driver_leaves_finished_runs_as_they_were(tmp_path):
     """A trial that finished in MLflow just before the driver died may still be running in
     Tune's saved state, so the resumed sweep completes it again: its run keeps its end time

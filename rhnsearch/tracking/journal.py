@@ -11,6 +11,8 @@ from pathlib import Path
 from ..cluster import storage
 from ..sweep.layout import PENDING_FILE, SENT_FILE
 
+COMPACT_BYTES = 4 << 20  # a journal this large is rewritten with its unsent records only
+
 
 def parse(text: str) -> list[dict]:
     """A journal's records; a line cut short by a dying driver ends the list."""
@@ -72,10 +74,19 @@ class Journal:
         self.mirrored = bool(pending)
 
     def ack(self, seq: int):
-        """Record that MLflow has every record up to `seq`; drop the file once it has all."""
+        """Record that MLflow has every record up to `seq`; drop the file once it has all, and
+        rewrite it with the records after `seq` once it has grown past COMPACT_BYTES (a sweep
+        whose sender never quite catches up would keep every record it ever made)."""
         tmp = self.sent_path.with_suffix(".tmp")
         tmp.write_text(str(seq))
         os.replace(tmp, self.sent_path)
         with self.lock:
             if seq == self.last:
                 self.path.unlink(missing_ok=True)
+            elif self.path.exists() and self.path.stat().st_size > COMPACT_BYTES:
+                kept = self.path.with_suffix(".tmp")
+                with open(kept, "w") as out:
+                    out.write("".join(json.dumps(r) + "\n" for r in self.records(seq)))
+                    out.flush()
+                    os.fsync(out.fileno())
+                os.replace(kept, self.path)

@@ -1,9 +1,9 @@
 """Sends a sweep's journaled records to MLflow from a background thread, so that Tune's event
 loop never waits on the network. Every record can be sent twice without effect, so a request
-that timed out but reached the server does no harm: a trial's run is looked up by its trial-id
-tag before one is created, metrics keep their timestamps (MLflow keeps one copy of an identical
-metric), epochs MLflow already has are not sent again, and runs end with their recorded end
-time."""
+that timed out but reached the server does no harm: a trial whose create failed has its run
+looked up by its trial-id tag before it is created again, metrics keep their timestamps
+(MLflow keeps one copy of an identical metric), epochs MLflow already has are not sent again,
+and runs end with their recorded end time."""
 
 import itertools
 import logging
@@ -47,6 +47,7 @@ class Sender:
         self.runs: dict[str, str] = {}  # trial id -> run id
         self.max_epoch: dict[str, int] = {}  # trial id -> last epoch MLflow has
         self.finished: set[str] = set()  # trials whose run ended FINISHED
+        self.unsure: set[str] = set()  # trials whose create failed: it may have reached MLflow
         self.failing_since = None  # time.monotonic() of the first failure in a row
         self.mirrored_at = 0.0  # time.monotonic() of the last copy to the journal's mirror
         self.client = None
@@ -168,10 +169,12 @@ class Sender:
                 self.finished.add(trial_id)
 
     def _run_id(self, trial_id: str, name: str | None) -> str:
-        """The trial's run: known, found by its tag (a create that timed out may have
-        reached the server), or created."""
+        """The trial's run: known (the runs MLflow had when the sender started, and those it
+        created since), found by its tag where a create of it failed (it may have reached the
+        server), or created. A search per new trial would cost the store a query over the
+        sweep's runs at every trial."""
         if trial_id not in self.runs:
-            found = self._mlflow().search_runs(
+            found = trial_id in self.unsure and self._mlflow().search_runs(
                 [self.experiment_id],
                 f"tags.mlflow.parentRunId = '{self.parent}' and tags.trial_id = '{trial_id}'",
                 max_results=1,
@@ -179,6 +182,7 @@ class Sender:
             if found:
                 self._know(found[0])
             else:
+                self.unsure.add(trial_id)
                 run = self._mlflow().create_run(
                     self.experiment_id,
                     run_name=name,
@@ -192,6 +196,7 @@ class Sender:
                     },
                 )
                 self.runs[trial_id] = run.info.run_id
+                self.unsure.discard(trial_id)
         return self.runs[trial_id]
 
     def _send(self, record: dict):
