@@ -19,6 +19,7 @@ import socket
 import threading
 import uuid
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlparse
 from urllib.request import url2pathname
@@ -141,9 +142,10 @@ class Later:
 LATER = Later()
 
 
-def write_text_later(location: str, text: str):
-    """write_text on the storage thread (see Later)."""
-    LATER.put(f"write {location}", lambda: write_text(location, text))
+def write_text_later(location: str, text: Callable[[], str]):
+    """write_text on the storage thread (see Later) of what TEXT() gives when the write runs:
+    a state changed many times while one write waits is made into text once."""
+    LATER.put(f"write {location}", lambda: write_text(location, text()))
 
 
 def exists(location: str) -> bool:

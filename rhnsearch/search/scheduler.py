@@ -7,6 +7,7 @@ import itertools
 import json
 import logging
 import math
+import threading
 
 import numpy as np
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
@@ -17,6 +18,7 @@ from ..compat import ray as ray_compat
 log = logging.getLogger(__name__)
 CONTINUE, STOP = TrialScheduler.CONTINUE, TrialScheduler.STOP
 ALL = "all cells"
+STATE_LOCK = threading.Lock()  # a scheduler's state, changed on Tune's loop, saved on another
 
 
 def cell_key(config: dict) -> str:
@@ -121,20 +123,21 @@ class CellASHAScheduler(FIFOScheduler):
         value = result.get(self._metric)
         if not reached or value is None or not math.isfinite(value):
             return CONTINUE
-        cell = state["rungs"].setdefault(cell_key(trial.config) if self.per_cell else ALL, {})
-        milestone = f"{reached[-1]:g}"
-        rung = cell.setdefault(milestone, {})
-        if trial.trial_id in rung:
-            return CONTINUE  # recorded and kept there before
-        decided = state["settings"].setdefault(setting_key(trial.config), {})
-        decision = decided.get(milestone)
-        if decision is None:  # the setting's first replicate here: judged on the others
-            decision = decided[milestone] = self.judge(list(rung.values()), value)
-            rung[trial.trial_id] = value
-        elif decision == CONTINUE:
-            return CONTINUE  # a replicate of a setting that goes on: nothing to save
-        if decision == STOP:
-            state["stopped"][trial.trial_id] = t
+        with STATE_LOCK:  # the storage thread may be making the saved text of it
+            cell = state["rungs"].setdefault(cell_key(trial.config) if self.per_cell else ALL, {})
+            milestone = f"{reached[-1]:g}"
+            rung = cell.setdefault(milestone, {})
+            if trial.trial_id in rung:
+                return CONTINUE  # recorded and kept there before
+            decided = state["settings"].setdefault(setting_key(trial.config), {})
+            decision = decided.get(milestone)
+            if decision is None:  # the setting's first replicate here: judged on the others
+                decision = decided[milestone] = self.judge(list(rung.values()), value)
+                rung[trial.trial_id] = value
+            elif decision == CONTINUE:
+                return CONTINUE  # a replicate of a setting that goes on: nothing to save
+            if decision == STOP:
+                state["stopped"][trial.trial_id] = t
         self._save()
         return decision
 
@@ -160,19 +163,22 @@ class CellASHAScheduler(FIFOScheduler):
         return self._state
 
     def _save(self):
+        """Queue a write of the state: made into text on the storage thread when the write
+        runs, so a decision costs Tune's loop nothing that grows with the trials."""
         if self.state_file:
-            storage.write_text_later(
-                self.state_file,
-                json.dumps(
-                    {
-                        "per_cell": self.per_cell,
-                        "metric": self._metric,
-                        "mode": self._mode,
-                        "milestones": self.milestones,
-                        **self._state,
-                    },
-                    indent=1,
-                ),
+            storage.write_text_later(self.state_file, self._text)
+
+    def _text(self) -> str:
+        with STATE_LOCK:
+            return json.dumps(
+                {
+                    "per_cell": self.per_cell,
+                    "metric": self._metric,
+                    "mode": self._mode,
+                    "milestones": self.milestones,
+                    **self._state,
+                },
+                indent=1,
             )
 
     def debug_string(self) -> str:
