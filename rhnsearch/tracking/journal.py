@@ -14,6 +14,11 @@ from ..sweep.layout import PENDING_FILE, SENT_FILE
 COMPACT_BYTES = 4 << 20  # a journal this large is rewritten with its unsent records only
 
 
+def lines(records: list[dict]) -> str:
+    """Records as the journal keeps them: one JSON object a line."""
+    return "".join(json.dumps(r) + "\n" for r in records)
+
+
 def parse(text: str) -> list[dict]:
     """A journal's records; a line cut short by a dying driver ends the list."""
     found = []
@@ -57,7 +62,7 @@ class Journal:
             record["seq"] = self.last
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.path, "a") as out:
-                out.write(json.dumps(record) + "\n")
+                out.write(lines([record]))
                 out.flush()
                 os.fsync(out.fileno())
         return record
@@ -68,7 +73,7 @@ class Journal:
             return
         pending = self.records(self.sent())
         if pending:
-            storage.write_text(self.mirror, "".join(json.dumps(r) + "\n" for r in pending))
+            storage.write_text(self.mirror, lines(pending))
         elif self.mirrored:
             storage.delete_file(self.mirror)
         self.mirrored = bool(pending)
@@ -86,7 +91,7 @@ class Journal:
             elif self.path.exists() and self.path.stat().st_size > COMPACT_BYTES:
                 kept = self.path.with_suffix(".tmp")
                 with open(kept, "w") as out:
-                    out.write("".join(json.dumps(r) + "\n" for r in self.records(seq)))
+                    out.write(lines(self.records(seq)))
                     out.flush()
                     os.fsync(out.fileno())
                 os.replace(kept, self.path)
