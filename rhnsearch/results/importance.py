@@ -24,6 +24,8 @@ EVALUATORS = {
     "PED-ANOVA": PedAnovaImportanceEvaluator,
 }
 MIN_TRIALS = 4  # fewer usable trials of an architecture: no importance for it
+MAX_TRIALS = 500  # more: fitted on this many drawn at random (fANOVA's forest grows with them)
+SAMPLE_SEED = 0
 VALUE = "metrics.best_valid_loss"
 
 
@@ -78,10 +80,17 @@ def study(trials: pd.DataFrame, names: list) -> optuna.Study:
     return out
 
 
-def importances(trials: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+def importances(trials: pd.DataFrame, *, max_trials: int = MAX_TRIALS) -> tuple[pd.DataFrame, dict]:
     """Per architecture, evaluator and hyperparameter: its importance (normalized to sum to 1
-    per architecture and evaluator), from the finished trials with a finite best valid loss.
-    Also the architectures left out, each with the reason."""
+    per architecture and evaluator), from the finished trials with a finite best valid loss
+    (`trials` of them used, of `finished`). Also the architectures left out, each with the
+    reason.
+
+    Args:
+        max_trials: an architecture with more finished trials is fitted on this many of them,
+            drawn at random with SAMPLE_SEED: fANOVA's forest grows with the trials
+            (benchmarks/report_scale.py).
+    """
     rows, skipped = [], {}
     usable = trials[finished(trials, "best_valid_loss")]
     for arch in sorted(trials["params.arch"].unique(), key=arch_order):
@@ -96,8 +105,9 @@ def importances(trials: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
         if not names:
             skipped[arch] = "no hyperparameter varies among its finished trials"
             continue
+        used = mine.sample(max_trials, random_state=SAMPLE_SEED) if len(mine) > max_trials else mine
         with quiet():
-            built = study(mine, names)
+            built = study(used.sort_index(), names)
             found = {
                 evaluator: optuna.importance.get_param_importances(built, evaluator=make())
                 for evaluator, make in EVALUATORS.items()
@@ -109,10 +119,20 @@ def importances(trials: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
                     "evaluator": evaluator,
                     "hyperparameter": name,
                     "importance": float(values.get(name, math.nan)),
-                    "trials": len(mine),
+                    "trials": len(used),
+                    "finished": len(mine),
                 }
                 for name in (n.removeprefix("params.") for n in names)
             ]
     return pd.DataFrame(
-        rows, columns=["arch", "evaluator", "hyperparameter", "importance", "trials"]
+        rows,
+        columns=["arch", "evaluator", "hyperparameter", "importance", "trials", "finished"],
     ), skipped
+
+
+def fitted_on(row: pd.Series) -> str:
+    """'N trials', or 'N of M trials, drawn at random' where the importance used a sample (a
+    row of the `importances` frame)."""
+    if row["trials"] == row["finished"]:
+        return f"{row['trials']} trials"
+    return f"{row['trials']:,} of {row['finished']:,} trials, drawn at random"

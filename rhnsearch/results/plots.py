@@ -5,6 +5,7 @@ import logging
 import tempfile
 import textwrap
 import warnings
+from functools import partial
 from pathlib import Path
 
 import matplotlib
@@ -22,6 +23,7 @@ from ..tracking import store
 from . import arch_label, arch_order
 from .expected_best import expected_best
 from .export import atomic, check_out
+from .importance import fitted_on
 from .studies import Groups, kind_of
 from .tables import best_per_cell, finished, sweep_dataset, swept_in_depth
 
@@ -30,6 +32,8 @@ PLOT_OUT = (".png", ".svg")
 DODGE_WIDTH = 0.8  # seaborn's default width of a dodged category
 CLIP_MARGIN = 0.5  # parallel coordinates: the loss axis stops at best + CLIP_MARGIN x |best|
 LOG_SPAN = 2.0  # the swarm's loss axis is log-scaled where its losses span more than this factor
+PARALLEL_MAX = 1000  # parallel coordinates: more trials, and this many are drawn at random
+SWARM_MAX = 150  # settings of a cell beyond which a swarm cannot lay its points out: a strip
 
 
 def _title(sweep: pd.Series, trials: pd.DataFrame, what: str) -> str:
@@ -63,12 +67,24 @@ def loss_axis_top(losses: pd.Series) -> float:
     return float(min(losses.max(), clip))
 
 
-def swarm(sweep: pd.Series, trials: pd.DataFrame, metric: str = "best_valid_loss") -> Figure:
+def swarm(
+    sweep: pd.Series,
+    trials: pd.DataFrame,
+    metric: str = "best_valid_loss",
+    *,
+    swarm_max: int = SWARM_MAX,
+) -> Figure:
     """RHN paper Figure 4: one point per random setting, x = recurrence depth, one swarm per
     architecture. Completed settings are filled dots, those stopped early by ASHA rings; every
     setting that did not diverge is on the axis (log-scaled where the losses span more than a
     factor of LOG_SPAN, so that the spread of the swarm, the paper's evidence, shows whole);
-    diverged settings are crosses in a row above a dashed line; each kind is counted."""
+    diverged settings are crosses in a row above a dashed line; each kind is counted.
+
+    Args:
+        swarm_max: where a cell has more settings than this, every point is drawn in a
+            jittered strip instead, as the title says (a swarm would stack most of them on
+            its edge, and take long: benchmarks/report_scale.py).
+    """
     loss = trials[f"metrics.{metric}"]
     ok = finished(trials, metric)
     diverged = trials["status"].eq("diverged")
@@ -91,10 +107,13 @@ def swarm(sweep: pd.Series, trials: pd.DataFrame, metric: str = "best_valid_loss
         loss=loss,
         depth=trials["params.depth"].astype(int),
     )
+    largest = int(points.groupby(["arch", "depth"]).size().max()) if len(points) else 0
+    strip = largest > swarm_max
     if not points.empty:
+        draw = partial(sns.stripplot, jitter=0.35, size=2.5, alpha=0.6) if strip else sns.swarmplot
         with warnings.catch_warnings():  # dense swarms: some points overlap, that is fine
             warnings.simplefilter("ignore", UserWarning)
-            sns.swarmplot(
+            draw(
                 data=points,
                 x="depth",
                 y="loss",
@@ -102,7 +121,7 @@ def swarm(sweep: pd.Series, trials: pd.DataFrame, metric: str = "best_valid_loss
                 order=depths,
                 hue_order=labels,
                 dodge=True,
-                size=4 if len(points) > 200 else 5,
+                **({} if strip else {"size": 4 if len(points) > 200 else 5}),
                 ax=ax,
                 legend=False,
                 palette=[colors[a] for a in archs],
@@ -145,9 +164,13 @@ def swarm(sweep: pd.Series, trials: pd.DataFrame, metric: str = "best_valid_loss
         for s, n in trials["status"].value_counts().items()
         if s != "diverged"
     )
+    shape = f"; a jittered strip: up to {largest} settings a cell" if strip else ""
     ax.set_title(
         fitted(
-            _title(sweep, trials, f"{metric} of each random setting ({notes})"), fig, 10, share=0.75
+            _title(sweep, trials, f"{metric} of each random setting ({notes}{shape})"),
+            fig,
+            10,
+            share=0.75,
         ),
         fontsize=10,
     )
@@ -420,11 +443,22 @@ def _axis(values: pd.Series) -> tuple[pd.Series, list, list]:
     )
 
 
-def parallel(sweep: pd.Series, trials: pd.DataFrame, metric: str = "best_valid_loss") -> Figure:
+def parallel(
+    sweep: pd.Series,
+    trials: pd.DataFrame,
+    metric: str = "best_valid_loss",
+    *,
+    max_lines: int = PARALLEL_MAX,
+) -> Figure:
     """Parallel coordinates: one line per trial across the hyperparameters that vary in the
     sweep (`store.hyperparameters`) and METRIC. Finished trials are coloured by METRIC (best
     drawn last); METRIC's axis stops at `loss_axis_top` (lines above it end at a '>' mark);
-    diverged trials are dashed grey lines ending at a 'diverged' mark above it."""
+    diverged trials are dashed grey lines ending at a 'diverged' mark above it.
+
+    Args:
+        max_lines: of more trials, this many drawn at random (seed 0) are drawn, as the
+            title says; the axes span them all.
+    """
     names = store.hyperparameters(trials)
     ok, diverged = finished(trials, metric), trials["status"].eq("diverged")
     loss = trials[f"metrics.{metric}"]
@@ -439,7 +473,10 @@ def parallel(sweep: pd.Series, trials: pd.DataFrame, metric: str = "best_valid_l
     ax = fig.add_subplot()
     xs = np.arange(len(names) + 1)
     cmap, norm = matplotlib.colormaps["viridis"], matplotlib.colors.Normalize(low, clip)
-    order = loss[ok].sort_values(ascending=False).index  # best last, on top
+    drawn = trials.index
+    if len(trials) > max_lines:
+        drawn = trials.sample(max_lines, random_state=0).index
+    order = loss[ok & trials.index.isin(drawn)].sort_values(ascending=False).index  # best on top
     lines = LineCollection(
         [np.column_stack([xs, ys[trials.index.get_loc(i)]]) for i in order],
         colors=cmap(norm(shown[order].to_numpy())),
@@ -451,7 +488,10 @@ def parallel(sweep: pd.Series, trials: pd.DataFrame, metric: str = "best_valid_l
     ax.add_collection(lines)
     ax.add_collection(
         LineCollection(
-            [np.column_stack([xs, ys[trials.index.get_loc(i)]]) for i in trials.index[diverged]],
+            [
+                np.column_stack([xs, ys[trials.index.get_loc(i)]])
+                for i in trials.index[diverged & trials.index.isin(drawn)]
+            ],
             colors="grey",
             linestyles="--",
             linewidths=1.0,
@@ -504,11 +544,15 @@ def parallel(sweep: pd.Series, trials: pd.DataFrame, metric: str = "best_valid_l
     )
     counts = trials["status"].value_counts()
     notes = ", ".join(f"{n} {'stopped early' if s == 'stopped' else s}" for s, n in counts.items())
-    failed = "; failed trials not drawn" if counts.get("failed", 0) else ""
+    left_out = "; failed trials not drawn" if counts.get("failed", 0) else ""
+    if len(drawn) < len(trials):
+        left_out += f"; {len(drawn):,} of the {len(trials):,} trials drawn at random"
     ax.set_title(
         fitted(
             _title(
-                sweep, trials, f"Settings of each trial and the {metric} reached\n({notes}{failed})"
+                sweep,
+                trials,
+                f"Settings of each trial and the {metric} reached\n({notes}{left_out})",
             ),
             fig,
             10,
@@ -550,7 +594,7 @@ def importance_bars(frame: pd.DataFrame) -> Figure:
         ax.invert_yaxis()
         ax.set_xlim(0, 1)
         ax.grid(axis="x", alpha=0.3)
-        ax.set_title(f"{arch_label(arch)} ({mine['trials'].iloc[0]} trials)", fontsize=10)
+        ax.set_title(f"{arch_label(arch)} ({fitted_on(mine.iloc[0])})", fontsize=10)
         ax.set_xlabel("importance (sums to 1)")
     fig.legend(
         *axes[-1].get_legend_handles_labels(),

@@ -304,7 +304,8 @@ def parallel(chosen: pd.Series, trials: pd.DataFrame) -> str:
         for n in names
     ]
     return note(
-        f"One line per trial, axes: {', '.join(logged)} and best_valid_loss, each "
+        f"One line per trial (of more than {plots.PARALLEL_MAX:,}, that many drawn at "
+        f"random), axes: {', '.join(logged)} and best_valid_loss, each "
         "scaled to its range; colour: best_valid_loss; dashed grey: diverged. The "
         "seed, width and parameter count are left out (random, or solved from the "
         "cell's budget)."
@@ -323,7 +324,9 @@ def importances(trials: pd.DataFrame) -> str:
             "seed, width or parameter count). Importances by "
             f"{' and '.join(importance.EVALUATORS)} (optuna.importance), each summing "
             "to 1; with few trials they are rough (PED-ANOVA wants 5 or more trials in "
-            "its top 10%)."
+            f"its top 10%). An architecture with more than {importance.MAX_TRIALS:,} such "
+            f"trials is fitted on {importance.MAX_TRIALS:,} of them drawn at random (seed "
+            f"{importance.SAMPLE_SEED}), as its table says."
         )
     ]
     if not frame.empty:
@@ -338,7 +341,7 @@ def importances(trials: pd.DataFrame) -> str:
             parts.append(
                 html_table(
                     wide,
-                    f"{arch_label(arch)} ({arch}): {mine['trials'].iloc[0]} trials",
+                    f"{arch_label(arch)} ({arch}): {importance.fitted_on(mine.iloc[0])}",
                     f"importance-{arch}",
                 )
             )
