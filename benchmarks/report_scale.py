@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from rhnsearch.results import importance, plots, report
+from rhnsearch.tracking import store
 
 TRIALS = Path(__file__).parents[1] / "results" / "examples" / "jsb_paper" / "trials.parquet"
 CHOSEN = pd.Series({"sweep": "jsb-paper", "study": "jsb_optimization", "preset": "paper"})
@@ -47,8 +48,7 @@ def main():
     p.add_argument("--trials", type=int, nargs="+", default=[552, 2000, 10000])
     args = p.parse_args()
     sys.stdout.reconfigure(line_buffering=True)
-    search = pd.read_parquet(TRIALS)
-    search = search[search["round"].fillna("search") != "confirm"]
+    search = store.search_trials(pd.read_parquet(TRIALS))
     warnings.simplefilter("ignore", UserWarning)  # seaborn: points a swarm cannot place
     every = float("inf")
     cases = {

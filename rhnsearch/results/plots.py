@@ -473,10 +473,10 @@ def parallel(
     ax = fig.add_subplot()
     xs = np.arange(len(names) + 1)
     cmap, norm = matplotlib.colormaps["viridis"], matplotlib.colors.Normalize(low, clip)
-    drawn = trials.index
+    drawn = np.ones(len(trials), dtype=bool)
     if len(trials) > max_lines:
-        drawn = trials.sample(max_lines, random_state=0).index
-    order = loss[ok & trials.index.isin(drawn)].sort_values(ascending=False).index  # best on top
+        drawn = trials.index.isin(trials.sample(max_lines, random_state=0).index)
+    order = loss[ok & drawn].sort_values(ascending=False).index  # best last, on top
     lines = LineCollection(
         [np.column_stack([xs, ys[trials.index.get_loc(i)]]) for i in order],
         colors=cmap(norm(shown[order].to_numpy())),
@@ -490,7 +490,7 @@ def parallel(
         LineCollection(
             [
                 np.column_stack([xs, ys[trials.index.get_loc(i)]])
-                for i in trials.index[diverged & trials.index.isin(drawn)]
+                for i in trials.index[diverged & drawn]
             ],
             colors="grey",
             linestyles="--",
@@ -545,8 +545,8 @@ def parallel(
     counts = trials["status"].value_counts()
     notes = ", ".join(f"{n} {'stopped early' if s == 'stopped' else s}" for s, n in counts.items())
     left_out = "; failed trials not drawn" if counts.get("failed", 0) else ""
-    if len(drawn) < len(trials):
-        left_out += f"; {len(drawn):,} of the {len(trials):,} trials drawn at random"
+    if not drawn.all():
+        left_out += f"; {drawn.sum():,} of the {len(trials):,} trials drawn at random"
     ax.set_title(
         fitted(
             _title(
