@@ -11,7 +11,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,7 @@ import pytest
 
 import tiers
 from lab_services import mlflow_pg_server, postgres_uri  # noqa: F401 (fixtures of the session)
+from ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 JSB_SPACE = ROOT / "spaces" / "jsb_optimization.yaml"
@@ -438,12 +438,6 @@ def slurm():
 def browser() -> str:
     """Debian's headless Chromium (a test that needs one fails in CI where it is missing)."""
     return tiers.chromium()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def stop_ray_under(temp_dir: str):

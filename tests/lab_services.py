@@ -9,7 +9,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import tiers
+from ports import free_port
 
 
 class ServiceError(RuntimeError):
@@ -86,12 +86,6 @@ def postgres_database():
     finally:
         psql(port, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         psql(port, f"DROP ROLE IF EXISTS {name}")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager

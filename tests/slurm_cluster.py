@@ -14,15 +14,10 @@ import time
 from pathlib import Path
 
 import tiers
+from ports import free_port
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "srun")
 NODE = "rhn1"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Slurm:

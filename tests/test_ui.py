@@ -22,14 +22,9 @@ import pytest
 
 import tiers
 from conftest import ROOT, rhnsearch_cli
+from ports import free_port
 
 ARTIFACTS = Path(os.environ.get("RHNSEARCH_TEST_ARTIFACTS", ROOT / "results" / "test-artifacts"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for_health(url: str, proc, timeout: float = 240):
