@@ -20,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 
 from mlflow.entities import Metric
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from ray import tune
 from ray.tune.schedulers import FIFOScheduler
@@ -378,10 +379,21 @@ def resume_sweep(name: str, *, address: str | None = None, storage_path: str | N
         resume_errored=True,
         storage_filesystem=filesystem,
     )
-    MlflowClient(record.tracking_uri).set_tag(
-        record.parent_run_id, "resumed", datetime.now().isoformat(timespec="seconds")
-    )
+    mark_resumed(record)
     return finish(tuner, record)
+
+
+def mark_resumed(record: SweepRecord):
+    """Tag the sweep's parent run with when it was resumed. The tag only informs: where MLflow
+    does not take it (down, or not yet answering), a warning says so and the sweep goes on, its
+    records kept in the journal until MLflow answers."""
+    when = datetime.now().isoformat(timespec="seconds")
+    try:
+        MlflowClient(record.tracking_uri).set_tag(record.parent_run_id, "resumed", when)
+    except MlflowException as error:
+        log.warning(
+            "sweep %s: its parent run is not tagged resumed: %s", record.name, first_line(error)
+        )
 
 
 def finished_parent(record: SweepRecord, then: str) -> tuple[MlflowClient, str]:
