@@ -252,16 +252,16 @@ def drive(args) -> dict:
     real_build_tuner, real_close_sweep = lifecycle.build_tuner, lifecycle.close_sweep
 
     def build_tuner(space, record):  # run_sweep's Tuner, its trials simulated
-        marks["trials"] = time.monotonic(), cpu_seconds()
+        marks["trials"] = time.monotonic(), cpu_seconds(), peak_mb()
         tuners.append(real_build_tuner(space, record, function=function))
         return tuners[-1]
 
     def close_sweep(*args, **options):
-        marks["close"] = time.monotonic(), cpu_seconds()
+        marks["close"] = time.monotonic(), cpu_seconds(), peak_mb()
         return real_close_sweep(*args, **options)
 
     lifecycle.build_tuner, lifecycle.close_sweep = build_tuner, close_sweep
-    marks["setup"] = time.monotonic(), cpu_seconds()
+    marks["setup"] = time.monotonic(), cpu_seconds(), peak_mb()
     try:
         summary = lifecycle.run_sweep(
             SPACE,
@@ -279,8 +279,8 @@ def drive(args) -> dict:
             name=NAME,
             storage_path=args.root,
         )
-        marks["end"] = time.monotonic(), cpu_seconds()
-        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        marks["end"] = time.monotonic(), cpu_seconds(), peak_mb()
+        peak = peak_mb()
         results = tuners[0].get_results()
         taken = {r.metrics["trial_id"]: r.metrics.get("epoch", 0) for r in results if r.metrics}
     finally:
@@ -288,13 +288,21 @@ def drive(args) -> dict:
     phases = list(marks)
     return {
         "phases": {
-            phase: {"wall": marks[end][0] - marks[phase][0], "cpu": marks[end][1] - marks[phase][1]}
+            phase: {
+                "wall": marks[end][0] - marks[phase][0],
+                "cpu": marks[end][1] - marks[phase][1],
+                "peak_mb": marks[end][2],  # the driver's peak RSS by the phase's end
+            }
             for phase, end in zip(phases, phases[1:])
         },
-        "peak_mb": peak_mb,
+        "peak_mb": peak,
         "summary": summary,
         "taken": taken,
     }
+
+
+def peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def cpu_seconds() -> float:
@@ -481,6 +489,7 @@ def measure(args, trials: int) -> dict:
         "wall_s_per_trial": sum(p["wall"] for p in phases.values()) / summary["trials"],
         **{f"{phase}_s": p["wall"] for phase, p in phases.items()},
         **{f"{phase}_cpu_s": p["cpu"] for phase, p in phases.items()},
+        **{f"{phase}_peak_mb": p["peak_mb"] for phase, p in phases.items()},
         "storage_mb": size / 2**20,
         "storage_objects": objects,
         "mlflow_records_lost": lost,
