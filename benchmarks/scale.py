@@ -280,7 +280,6 @@ def drive(args) -> dict:
             storage_path=args.root,
         )
         marks["end"] = time.monotonic(), cpu_seconds(), peak_mb()
-        peak = peak_mb()
         results = tuners[0].get_results()
         taken = {r.metrics["trial_id"]: r.metrics.get("epoch", 0) for r in results if r.metrics}
     finally:
@@ -295,7 +294,7 @@ def drive(args) -> dict:
             }
             for phase, end in zip(phases, phases[1:])
         },
-        "peak_mb": peak,
+        "peak_mb": marks["end"][2],
         "summary": summary,
         "taken": taken,
     }
