@@ -4,6 +4,7 @@ of a sweep (or until its end), and a results dir that is read-only, full or not 
 
 import itertools
 import json
+import logging
 import math
 import os
 import re
@@ -15,6 +16,7 @@ import sys
 import threading
 import time
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
@@ -22,6 +24,10 @@ import pytest
 from mlflow.tracking import MlflowClient
 from test_report import Page
 from test_sweep import check_child_runs
+
+from rhnsearch.sweep.layout import STATE_FILE
+from rhnsearch.sweep.lifecycle import mark_resumed
+from rhnsearch.sweep.record import read_record
 
 from conftest import (
     JSB_SPACE,
@@ -856,6 +862,30 @@ def test_driver_killed_while_mlflow_is_down_loses_no_record(mlflow_srv, tmp_path
     }
     assert kept and kept <= sent
     assert not journal.exists()
+
+
+def test_a_resumed_tag_the_server_drops_is_one_warning_and_the_resume_goes_on(
+    tmp_path, monkeypatch, caplog
+):
+    """`sweep resume` tags the parent run `resumed`; where the server is gone between the
+    store check and the tag (here: nothing listens), one warning line names the sweep and
+    the resume goes on. With the store there, the tag is set."""
+    (tmp_path / "old").mkdir()
+    shutil.copy(ROOT / "tests" / "data" / "sweep_state_dd9c428.json", tmp_path / "old" / STATE_FILE)
+    record = read_record(str(tmp_path), "old")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    gone = replace(record, tracking_uri=f"http://127.0.0.1:{free_port()}")
+    with caplog.at_level(logging.WARNING, logger="rhnsearch"):
+        mark_resumed(gone)
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.startswith("sweep old: its parent run is not tagged resumed: ")
+    assert "\n" not in warning
+
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(store)
+    parent = client.create_run(client.create_experiment("resumed")).info.run_id
+    mark_resumed(replace(record, tracking_uri=store, parent_run_id=parent))
+    assert client.get_run(parent).data.tags["resumed"].startswith(time.strftime("%Y-%m-%d"))
 
 
 def test_a_silent_tracking_server_does_not_stall_the_sweep(mlflow_srv, tmp_path, data_dir, sweeps):
