@@ -33,7 +33,12 @@ size as it finishes, then one JSON line.
 
     python benchmarks/scale.py [--trials 500 2000 10000] [--search random|optuna]
         [--store sqlite|postgres] [--storage dir|bucket] [--slots 64] [--epochs 40]
-        [--epoch-ms 5] [--histories FILE.parquet | --synthetic-curves]
+        [--epoch-ms 5] [--histories FILE.parquet | --synthetic-curves] [--keep DIR]
+        [--trace-memory]
+
+--keep keeps each size's store and storage for a look afterwards; --trace-memory traces the
+driver's Python allocations (slower: not for timing) and prints, per phase, its RSS and Python
+heap at the phase's start and end and the source lines whose live allocations grew the most.
 
 `--store postgres` needs Debian's PostgreSQL and root (tests/lab_services.py), `--storage
 bucket` moto's server (the `test` extra). Run it on an otherwise idle machine: the trials
@@ -41,6 +46,7 @@ share its cores with the driver.
 """
 
 import argparse
+import ctypes
 import json
 import logging
 import math
@@ -53,6 +59,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 import zipfile
 import zlib
 from contextlib import ExitStack, contextmanager, suppress
@@ -236,9 +243,6 @@ def drive(args) -> dict:
     from rhnsearch.sweep import lifecycle
 
     trials = args.trials[0]
-    # start_ray starts no Ray when one is up: its settings for a sweep's driver, here
-    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     ray.init(
         address="local",
         num_cpus=args.slots,
@@ -248,20 +252,36 @@ def drive(args) -> dict:
         _temp_dir=args.ray_dir,
     )
     function, tuners = simulated(read_curves(args.histories, args.epochs), args.epoch_ms), []
-    marks = {}  # phase -> (wall, CPU seconds) when it began
+    marks = {}  # phase -> (wall, CPU seconds, peak RSS MB) when it began
+    memory = {}  # phase -> (RSS MB, after malloc_trim, Python's heap MB, its snapshot) at its start
+    if args.trace_memory:
+        tracemalloc.start()
+
+    def mark(phase: str):
+        marks[phase] = time.monotonic(), cpu_seconds(), peak_mb()
+        if args.trace_memory:
+            rss = psutil.Process().memory_info().rss / 2**20
+            ctypes.CDLL("libc.so.6").malloc_trim(0)  # what the C heap holds free goes back
+            memory[phase] = (
+                rss,
+                psutil.Process().memory_info().rss / 2**20,
+                tracemalloc.get_traced_memory()[0] / 2**20,
+                tracemalloc.take_snapshot(),
+            )
+
     real_build_tuner, real_close_sweep = lifecycle.build_tuner, lifecycle.close_sweep
 
     def build_tuner(space, record):  # run_sweep's Tuner, its trials simulated
-        marks["trials"] = time.monotonic(), cpu_seconds(), peak_mb()
+        mark("trials")
         tuners.append(real_build_tuner(space, record, function=function))
         return tuners[-1]
 
     def close_sweep(*args, **options):
-        marks["close"] = time.monotonic(), cpu_seconds(), peak_mb()
+        mark("close")
         return real_close_sweep(*args, **options)
 
     lifecycle.build_tuner, lifecycle.close_sweep = build_tuner, close_sweep
-    marks["setup"] = time.monotonic(), cpu_seconds(), peak_mb()
+    mark("setup")
     try:
         summary = lifecycle.run_sweep(
             SPACE,
@@ -279,7 +299,7 @@ def drive(args) -> dict:
             name=NAME,
             storage_path=args.root,
         )
-        marks["end"] = time.monotonic(), cpu_seconds(), peak_mb()
+        mark("end")
         results = tuners[0].get_results()
         taken = {r.metrics["trial_id"]: r.metrics.get("epoch", 0) for r in results if r.metrics}
     finally:
@@ -295,8 +315,28 @@ def drive(args) -> dict:
             for phase, end in zip(phases, phases[1:])
         },
         "peak_mb": marks["end"][2],
+        "memory": grown(memory),
         "summary": summary,
         "taken": taken,
+    }
+
+
+def grown(memory: dict, sites: int = 15) -> dict:
+    """Per phase (--trace-memory): the driver's RSS, its RSS once the C heap gave back what it
+    held free (malloc_trim), and Python's heap (MB) at its start and end, and the source lines
+    whose live allocations grew the most in it (MB, blocks)."""
+    phases = list(memory)
+    return {
+        phase: {
+            "rss_mb": [memory[phase][0], memory[end][0]],
+            "trimmed_rss_mb": [memory[phase][1], memory[end][1]],
+            "heap_mb": [memory[phase][2], memory[end][2]],
+            "grew": [
+                [str(d.traceback), d.size_diff / 2**20, d.count_diff]
+                for d in memory[end][3].compare_to(memory[phase][3], "lineno")[:sites]
+            ],
+        }
+        for phase, end in zip(phases, phases[1:])
     }
 
 
@@ -317,6 +357,7 @@ def run_driver(args, trials: int, work: Path, uri: str, root: str, env: dict) ->
     command += ["--ray-dir", str(ray_dir), "--result", str(result), "--trials", str(trials)]
     command += ["--search", args.search, "--slots", str(args.slots), "--epochs", str(args.epochs)]
     command += ["--epoch-ms", str(args.epoch_ms), "--histories", str(args.histories)]
+    command += ["--trace-memory"] * args.trace_memory
     try:
         with open(work / "driver.log", "w") as log:
             code = subprocess.run(command, cwd=work, env=env, stdout=log, stderr=log).returncode
@@ -468,8 +509,12 @@ def records_lost(history: Path, taken: dict) -> int:
 
 def measure(args, trials: int) -> dict:
     """One size: the sweep's driver, its storage, the commands and the records lost."""
-    with tempfile.TemporaryDirectory(prefix="scale-") as folder, ExitStack() as services:
-        work = Path(folder)
+    with ExitStack() as services:
+        if args.keep:  # a folder per size, kept for a look afterwards
+            work = args.keep / f"{args.search}-{args.store}-{args.storage}-{trials}"
+            work.mkdir(parents=True)
+        else:
+            work = Path(services.enter_context(tempfile.TemporaryDirectory(prefix="scale-")))
         uri = services.enter_context(tracking_store(args.store, work))
         root, reach, usage = services.enter_context(sweep_storage(args.storage, work))
         env = {**os.environ, **reach}
@@ -494,6 +539,7 @@ def measure(args, trials: int) -> dict:
         "mlflow_records_lost": lost,
         **{f"{name}_s": t["wall"] for name, t in commands.items()},
         **{f"{name}_cpu_s": t["cpu"] for name, t in commands.items()},
+        **({"memory": driver["memory"]} if driver["memory"] else {}),
     }
 
 
@@ -528,6 +574,12 @@ def main():
     p.add_argument("--epoch-ms", type=float, default=5.0, help="a simulated epoch's sleep")
     p.add_argument("--histories", type=Path, default=HISTORIES, help="a history export")
     p.add_argument("--synthetic-curves", action="store_true", help="made-up curves instead")
+    p.add_argument("--keep", type=Path, help="keep each size's store and storage under KEEP")
+    p.add_argument(
+        "--trace-memory",
+        action="store_true",
+        help="trace the driver's Python allocations (slower): the lines that grew in each phase",
+    )
     for hidden in ("--uri", "--root", "--ray-dir", "--result"):
         p.add_argument(hidden, help=argparse.SUPPRESS)
     p.add_argument("--driver", action="store_true", help=argparse.SUPPRESS)
@@ -555,6 +607,15 @@ def main():
         for trials in args.trials:
             rows.append(measure(args, trials))
             print(" ".join(f.format(rows[-1][k]) for _, k, f in COLUMNS), flush=True)
+            for phase, grew in rows[-1].get("memory", {}).items():
+                (rss0, rss1), (heap0, heap1) = grew["rss_mb"], grew["heap_mb"]
+                trimmed0, trimmed1 = grew["trimmed_rss_mb"]
+                print(
+                    f"  {phase}: RSS {rss0:.0f} -> {rss1:.0f} MB ({trimmed0:.0f} -> "
+                    f"{trimmed1:.0f} trimmed), Python heap {heap0:.0f} -> {heap1:.0f} MB"
+                )
+                for line, mb, blocks in grew["grew"]:
+                    print(f"    {mb:+8.2f} MB {blocks:+8d} blocks  {line}")
     print(
         json.dumps(
             {

@@ -44,15 +44,20 @@ def check_address(address: str):
 
 def start_ray(address: str | None, modules: list[str] = ()):
     """A local Ray started here by default; with an address, join that cluster. MODULES
-    (files or package folders: cells of one's own) are shipped to every worker."""
-    if ray.is_initialized():
-        return
+    (files or package folders: cells of one's own) are shipped to every worker. Tune's
+    settings for a sweep's driver are set even where Ray is already up."""
     # Checkpointing every epoch is the point (resume, retries): don't warn about it.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     # MLflow holds every result: Tune's file loggers (result.json, progress.csv, TensorBoard)
     # would upload each trial's files again at every sync of the storage. Set it to 0 to
     # have them back.
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    # Tune keeps every checkpoint a trial registered (its own num_to_keep is off: see
+    # sweep/checkpoints.py) with that epoch's metrics, in the driver's memory and in each
+    # trial's saved state: keep the checkpoint alone (the newest keeps its metrics).
+    os.environ.setdefault("TUNE_ONLY_STORE_CHECKPOINT_SCORE_ATTRIBUTE", "1")
+    if ray.is_initialized():
+        return
     # The driver's opt-out goes to its trials' workers (see trainable.assigned_gpus).
     env = {k: os.environ[k] for k in (ALLOW_CPU_FALLBACK,) if k in os.environ}
     runtime_env = {"env_vars": env} if env else {}
