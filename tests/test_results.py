@@ -673,3 +673,52 @@ def test_every_run_is_read_past_a_page(tmp_path):
     client.create_run(experiment, tags={"kind": "sweep"})
     found = all_runs(client, experiment, "tags.kind = 'trial'", page=2)
     assert len(found) == 5 and {r.info.run_id for r in found} == made
+
+
+def test_a_database_store_reads_its_runs_as_a_search_does(tmp_path, monkeypatch):
+    """The runs read from a database store's tables are the runs search_runs gives, in its
+    order, with the same tags, params and latest metrics (NaN and +-inf included), the deleted
+    run and another experiment's left out; the trials frame is the same either way."""
+    from dataclasses import replace
+
+    from rhnsearch.compat import mlflow as mlflow_compat
+    from rhnsearch.tracking import runs, store
+    from rhnsearch.tracking.runs import StoredRun
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("db")
+    parent = client.create_run(experiment, tags={"kind": "sweep", "sweep": "s"}).info.run_id
+    for i, value in enumerate([0.5, math.nan, math.inf, -math.inf, 2.0]):
+        tags = {
+            "mlflow.parentRunId": parent,
+            "sweep": "s",
+            "trial_id": f"t{i}",
+            "status": "completed",
+        }
+        run = client.create_run(experiment, tags=tags, run_name=f"trial {i}").info.run_id
+        client.log_param(run, "arch", ["rhn", "lstm"][i % 2])
+        client.log_param(run, "depth", str(i + 1))
+        for step, loss in enumerate([3.0, value], start=1):
+            client.log_metric(run, "best_valid_loss", loss, step=step)
+        client.log_metric(run, "epoch", 2, step=2)
+        if i < 4:
+            client.set_terminated(run)
+    client.delete_run(run)  # the last trial: deleted, as drop_lost_runs does
+    other = client.create_experiment("other")
+    client.create_run(other, tags={"mlflow.parentRunId": parent, "sweep": "s"})
+
+    def comparable(run):  # NaN is not equal to itself
+        return replace(run, metrics={k: "NaN" if v != v else v for k, v in run.metrics.items()})
+
+    searched = [comparable(StoredRun.of(r)) for r in runs.all_runs(client, experiment, "")]
+    read = [comparable(run) for run in runs.database_runs(uri, experiment)]
+    assert len(read) == 5 and read == searched  # the parent and four trials, newest first
+    assert read[2].metrics["best_valid_loss"] == "NaN" and read[1].metrics["epoch"] == 2
+    exp = store.open_experiment("db", uri)
+    frame = store.trials(exp, "s")
+    assert list(frame["trial_id"]) == ["t0", "t1", "t2", "t3"]
+    assert np.isnan(frame["metrics.best_valid_loss"][1])
+    assert list(frame["metrics.best_valid_loss"][2:]) == [math.inf, -math.inf]
+    monkeypatch.setattr(mlflow_compat, "run_tables_sql", lambda: None)  # searched instead
+    pd.testing.assert_frame_equal(store.trials(exp, "s"), frame)

@@ -1,10 +1,12 @@
 """What rhnsearch uses of MLflow beyond its public API: the tag that says how a run used a
 dataset, the `metrics` table of a database store (read directly: one SELECT for the
-histories of 500 runs), and MLflow's own HTTP helper and credentials, for a server call that
+histories of 500 runs) and its run tables (the runs, their tags, params and latest metrics),
+and MLflow's own HTTP helper and credentials, for a server call that
 MlflowClient does not offer (GetMetricHistoryBulkInterval).
 
-The tag and the table raise a one-line UserError with an MLflow outside SUPPORTED; the server
-call is then not made (one warning line), and the histories are read run by run.
+The tag and the metrics table raise a one-line UserError with an MLflow outside SUPPORTED; the
+run tables and the server call are then not used (one warning line each): the runs are
+searched through MlflowClient, and the histories read run by run.
 """
 
 from . import require, tested
@@ -33,6 +35,34 @@ def metric_histories_sql():
         "SELECT run_uuid, key, step, value, is_nan FROM metrics WHERE run_uuid IN :ids "
         "AND key != 'epoch' AND step >= 1 ORDER BY timestamp"
     ).bindparams(sa.bindparam("ids", expanding=True))
+
+
+def run_tables_sql() -> dict | None:
+    """SELECTs on a database store's run tables, or None where this MLflow is not one they
+    were tested on (one warning line: the runs are then searched through MlflowClient):
+    `runs`, the active runs of the experiment bound to `experiment_id` (run_uuid, name,
+    status, start_time, end_time) in MlflowClient.search_runs' order; `tags`, `params` and
+    `latest_metrics` (run_uuid, key, value; the metrics also is_nan) of the runs bound to
+    `ids` (a list, expanded)."""
+    import sqlalchemy as sa
+
+    what = "the run tables of MLflow's database stores"
+    if not tested("mlflow", SUPPORTED, what, "searching the runs through MlflowClient"):
+        return None
+    of_runs = "FROM {} WHERE run_uuid IN :ids"
+    return {
+        "runs": sa.text(
+            "SELECT run_uuid, name, status, start_time, end_time FROM runs "
+            "WHERE experiment_id = :experiment_id AND lifecycle_stage = 'active' "
+            "ORDER BY start_time DESC, run_uuid"
+        ),
+        **{
+            table: sa.text(
+                f"SELECT run_uuid, key, value{extra} {of_runs.format(table)}"
+            ).bindparams(sa.bindparam("ids", expanding=True))
+            for table, extra in (("tags", ""), ("params", ""), ("latest_metrics", ", is_nan"))
+        },
+    }
 
 
 def server_request(uri: str, endpoint: str):

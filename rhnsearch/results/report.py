@@ -353,12 +353,12 @@ def importances(trials: pd.DataFrame) -> str:
 def provenance(exp: store.Experiment, chosen: pd.Series, parent) -> str:
     """Where the numbers come from: the store, the parent run and its settings, and the
     provenance tags of the sweep's runs ("not recorded" when none carries one)."""
-    runs = [parent, *store.search(exp, f"tags.mlflow.parentRunId = '{chosen['run_id']}'")]
+    runs = [parent.data.tags, *(run.tags for run in store.child_runs(exp, chosen["run_id"]))]
     keys = sorted(
         {
             k
-            for r in runs
-            for k in r.data.tags
+            for tags in runs
+            for k in tags
             if k.startswith("mlflow.source.") or k.endswith("_version")
         }
         | set(TAGS),
@@ -372,7 +372,7 @@ def provenance(exp: store.Experiment, chosen: pd.Series, parent) -> str:
     ]
     rows += [(f"sweep {key}", value or "none") for key, value in sorted(parent.data.params.items())]
     for key in keys:
-        values = pd.Series([r.data.tags.get(key) for r in runs]).dropna().value_counts()
+        values = pd.Series([tags.get(key) for tags in runs]).dropna().value_counts()
         rows.append(
             (
                 key,

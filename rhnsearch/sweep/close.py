@@ -13,7 +13,7 @@ from mlflow.tracking import MlflowClient
 
 from ..errors import UserError, first_line
 from ..tracking import histories, snapshot
-from ..tracking.runs import all_runs
+from ..tracking.runs import StoredRun, matching
 from .checkpoints import saved_trial_ids
 from .layout import CHECKPOINT_FILE
 from .record import ParentRun, SweepRecord
@@ -41,8 +41,8 @@ def close_sweep(record: SweepRecord, results, *, trials_seconds: float, started:
         long = histories.read(
             record.tracking_uri,
             client,
-            [r.info.run_id for r in runs],
-            sorted({k for r in runs for k in r.data.metrics} - {"epoch"}),
+            [r.run_id for r in runs],
+            sorted({k for r in runs for k in r.metrics} - {"epoch"}),
         )
         summary = summarize(runs, long, record.name)
     except MlflowException as exc:
@@ -102,11 +102,9 @@ def drop_lost_runs(client: MlflowClient, parent: ParentRun):
         )
         return
     trials = set().union(*saved)
-    lost = [
-        run for run in child_runs(client, parent) if run.data.tags.get("trial_id") not in trials
-    ]
+    lost = [run for run in child_runs(client, parent) if run.tags.get("trial_id") not in trials]
     for run in lost:
-        client.delete_run(run.info.run_id)
+        client.delete_run(run.run_id)
     if lost:
         log.warning(
             "deleted %d MLflow run(s) of trials the killed driver had started before "
@@ -115,8 +113,10 @@ def drop_lost_runs(client: MlflowClient, parent: ParentRun):
         )
 
 
-def child_runs(client: MlflowClient, parent: ParentRun) -> list:
-    return all_runs(client, parent.experiment_id, f"tags.mlflow.parentRunId = '{parent.run_id}'")
+def child_runs(client: MlflowClient, parent: ParentRun) -> list[StoredRun]:
+    return matching(
+        parent.tracking_uri, client, parent.experiment_id, {"mlflow.parentRunId": parent.run_id}
+    )
 
 
 def spent(runs: list) -> dict:
@@ -124,9 +124,9 @@ def spent(runs: list) -> dict:
     all and per cell: {"cpu_hours", "gpu_hours", "cells": {label: {...}}}."""
     cells = {}
     for run in runs:
-        cell = cells.setdefault(run.data.params.get("cell", "?"), dict.fromkeys(HOURS, 0.0))
+        cell = cells.setdefault(run.params.get("cell", "?"), dict.fromkeys(HOURS, 0.0))
         for unit in HOURS:
-            cell[unit] += run.data.metrics.get(unit.replace("hours", "seconds"), 0.0) / 3600
+            cell[unit] += run.metrics.get(unit.replace("hours", "seconds"), 0.0) / 3600
     return {**{unit: sum(c[unit] for c in cells.values()) for unit in HOURS}, "cells": cells}
 
 
@@ -138,9 +138,9 @@ def summarize(runs: list, long, name: str) -> dict:
     held = spent(runs)
     best = None
     for run in runs:
-        status = run.data.tags.get("status", "running")
+        status = run.tags.get("status", "running")
         counts[status] = counts.get(status, 0) + 1
-        loss = run.data.metrics.get("best_valid_loss")
+        loss = run.metrics.get("best_valid_loss")
         if (
             status in ("completed", "stopped")
             and loss is not None
@@ -148,10 +148,10 @@ def summarize(runs: list, long, name: str) -> dict:
             and (best is None or loss < best["best_valid_loss"])
         ):
             best = {
-                "run_id": run.info.run_id,
-                "trial_id": run.data.tags.get("trial_id"),
+                "run_id": run.run_id,
+                "trial_id": run.tags.get("trial_id"),
                 "best_valid_loss": loss,
-                "params": run.data.params,
+                "params": run.params,
             }
     return {
         "name": name,

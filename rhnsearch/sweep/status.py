@@ -18,7 +18,7 @@ def sweep_status(name: str, storage_path: str | None = None) -> dict:
     runs = child_runs(MlflowClient(existing_store(record.tracking_uri)), record.parent_run)
     statuses = {}
     for run in runs:
-        status = run.data.tags.get("status", "running")
+        status = run.tags.get("status", "running")
         statuses[status] = statuses.get(status, 0) + 1
     plan = planned_hours(record.plan) if record.plan else None
     gpu = record.space["resources"]["gpu"] > 0
@@ -30,8 +30,7 @@ def sweep_status(name: str, storage_path: str | None = None) -> dict:
             "cell": label,
             "trials": per_cell,
             "ended": sum(
-                r.data.params.get("cell") == label
-                and r.data.tags.get("status", "running") != "running"
+                r.params.get("cell") == label and r.tags.get("status", "running") != "running"
                 for r in runs
             ),
             "spent": held.get(label, {}).get(unit, 0.0),

@@ -16,18 +16,14 @@ _USERNAME/_PASSWORD, TLS settings) are MLflow's internals (compat/mlflow.py): wi
 helpers, the last way.
 """
 
-import sqlite3
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pandas as pd
-import sqlalchemy as sa
 from mlflow.tracking import MlflowClient
 
 from ..compat import mlflow as mlflow_compat
+from . import database
 
-SQL_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
-SQL_CHUNK = 500  # runs per SELECT
 BULK_ENDPOINT = "/api/2.0/mlflow/metrics/get-history-bulk-interval"
 BULK_RUNS = 100  # the server's limit of runs per call
 BULK_MAX_RESULTS = 2500  # the server's limit of values per run and call
@@ -39,7 +35,7 @@ def read(uri: str, client: MlflowClient, run_ids: list[str], keys: list[str]) ->
     """(run_id, key, step, value) of the metrics KEYS of RUN_IDS (every metric they have but
     `epoch`: a database store reads them all), epochs only, in logging order; +-inf as MLflow's
     SQL stores keep them (+-max float), NaN as NaN."""
-    if is_database(uri):
+    if database.is_database(uri):
         return _sql(uri, run_ids)
     request = (
         mlflow_compat.server_request(uri, BULK_ENDPOINT)
@@ -53,32 +49,10 @@ def read(uri: str, client: MlflowClient, run_ids: list[str], keys: list[str]) ->
     return long[COLUMNS].reset_index(drop=True)
 
 
-def is_database(uri: str) -> bool:
-    """Whether URI is a database store, which `read` queries directly."""
-    return uri.partition(":")[0].partition("+")[0] in SQL_SCHEMES
-
-
 def _sql(uri: str, run_ids: list[str]) -> pd.DataFrame:
-    """One SELECT per SQL_CHUNK runs on the store's database (sqlite opened read-only)."""
-    query = mlflow_compat.metric_histories_sql()
-    if uri.startswith("sqlite:///"):  # read-only, by a file: URI (its path percent-encoded)
-        path = Path(uri.removeprefix("sqlite:///")).resolve()
-        engine = sa.create_engine(
-            "sqlite://",
-            poolclass=sa.pool.NullPool,
-            creator=lambda: sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True),
-        )
-    else:
-        engine = sa.create_engine(uri, poolclass=sa.pool.NullPool)
-    try:
-        with engine.connect() as db:  # the driver's plain tuples: 3x faster than Row objects
-            rows = [
-                row
-                for i in range(0, len(run_ids), SQL_CHUNK)
-                for row in db.execute(query, {"ids": run_ids[i : i + SQL_CHUNK]}).cursor.fetchall()
-            ]
-    finally:
-        engine.dispose()
+    """One SELECT per database.CHUNK runs on the store's database."""
+    with database.connect(uri) as db:
+        rows = database.select(db, mlflow_compat.metric_histories_sql(), run_ids)
     long = pd.DataFrame.from_records(rows, columns=["run_id", "key", "step", "value", "is_nan"])
     long["value"] = long["value"].astype("float64").where(~long["is_nan"].astype(bool))
     return long[COLUMNS]

@@ -1,10 +1,68 @@
-"""Every run of an experiment that a filter matches, page after page: MLflow answers a search
-with one page of at most 50,000 runs, so a single call cuts a larger sweep short without a
-word."""
+"""Every run of an experiment, as plain records: from a database store, by SELECTs on its run
+tables (`database`); from anything else, MlflowClient.search_runs page after page (MLflow
+answers a search with one page of at most 50,000 runs, so a single call cuts a larger sweep
+short without a word)."""
+
+from collections import defaultdict
+from dataclasses import dataclass
 
 from mlflow.tracking import MlflowClient
 
+from ..compat import mlflow as mlflow_compat
+from . import database
+
 PAGE = 50_000  # the largest page MLflow's stores and server give
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """A run as the store holds it: its info, tags, params and each metric's latest value
+    (NaN as NaN; a SQL store's +-inf as +-max float)."""
+
+    run_id: str
+    run_name: str
+    status: str
+    start_time: int | None  # ms since the epoch
+    end_time: int | None
+    tags: dict[str, str]
+    params: dict[str, str]
+    metrics: dict[str, float]
+
+    @classmethod
+    def of(cls, run) -> "StoredRun":
+        """The record of an mlflow.entities.Run."""
+        info, data = run.info, run.data
+        return cls(
+            info.run_id,
+            info.run_name,
+            info.status,
+            info.start_time,
+            info.end_time,
+            data.tags,
+            data.params,
+            data.metrics,
+        )
+
+
+def matching(
+    uri: str, client: MlflowClient, experiment_id: str, tags: dict[str, str | None]
+) -> list[StoredRun]:
+    """The active runs of EXPERIMENT_ID whose TAGS have the values given (None: any value but
+    none or ''), newest first."""
+    if database.is_database(uri) and (found := database_runs(uri, experiment_id)) is not None:
+        return [
+            run
+            for run in found
+            if all(
+                run.tags.get(key) if value is None else run.tags.get(key) == value
+                for key, value in tags.items()
+            )
+        ]
+    query = " and ".join(
+        f"tags.{key} != ''" if value is None else f"tags.{key} = '{value}'"
+        for key, value in tags.items()
+    )
+    return [StoredRun.of(run) for run in all_runs(client, experiment_id, query)]
 
 
 def all_runs(client: MlflowClient, experiment_id: str, filter_string: str, *, page: int = PAGE):
@@ -18,3 +76,25 @@ def all_runs(client: MlflowClient, experiment_id: str, filter_string: str, *, pa
         token = found.token
         if not token:
             return runs
+
+
+def database_runs(uri: str, experiment_id: str) -> list[StoredRun] | None:
+    """The active runs of EXPERIMENT_ID in the database store URI, in search_runs' order
+    (newest first); None where this MLflow's run tables are not known here."""
+    queries = mlflow_compat.run_tables_sql()
+    if queries is None:
+        return None
+    with database.connect(uri) as db:
+        infos = db.execute(queries["runs"], {"experiment_id": experiment_id}).cursor.fetchall()
+        ids = [info[0] for info in infos]
+        tags, params, metrics = defaultdict(dict), defaultdict(dict), defaultdict(dict)
+        for run_id, key, value in database.select(db, queries["tags"], ids):
+            tags[run_id][key] = value
+        for run_id, key, value in database.select(db, queries["params"], ids):
+            params[run_id][key] = value
+        for run_id, key, value, is_nan in database.select(db, queries["latest_metrics"], ids):
+            metrics[run_id][key] = float("nan") if is_nan else float(value)
+    return [
+        StoredRun(run_id, name, status, start, end, tags[run_id], params[run_id], metrics[run_id])
+        for run_id, name, status, start, end in infos
+    ]

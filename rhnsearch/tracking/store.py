@@ -1,6 +1,7 @@
 """Read a study's MLflow runs in bulk into pandas: one row per trial, or one per trial and epoch.
 
-Runs come from MlflowClient.search_runs, 50,000 a page; histories from `histories`: one SELECT
+Runs come from a database store's run tables (SELECTs, `runs.database_runs`), else from
+MlflowClient.search_runs, 50,000 a page; histories from `histories`: one SELECT
 on a database store's `metrics` table, bulk REST calls to an MLflow server, get_metric_history
 per run and metric on anything else; except on a database store, a finished sweep's runs come
 from the table of their histories on its parent run while it is current (`snapshot`).
@@ -17,8 +18,8 @@ from mlflow.tracking import MlflowClient
 
 from ..errors import UserError
 from ..provenance import COMMIT_TAG, TAGS
-from . import histories, snapshot
-from .runs import all_runs
+from . import database, histories, snapshot
+from .runs import StoredRun, all_runs, matching
 from .uris import existing_store
 
 ID_COLUMNS = [
@@ -152,14 +153,22 @@ def _ordered(names, first) -> list:
     return [n for n in first if n in names] + sorted(set(names) - set(first))
 
 
+def trial_runs(exp: Experiment, sweep: str | None = None) -> list[StoredRun]:
+    """The trial (child) runs of the experiment, or of one sweep, newest first."""
+    tags = {"mlflow.parentRunId": None} | ({} if sweep is None else {"sweep": sweep})
+    return matching(exp.tracking_uri, exp.client, exp.id, tags)
+
+
+def child_runs(exp: Experiment, parent_run_id: str) -> list[StoredRun]:
+    """The runs under the parent run PARENT_RUN_ID (a sweep's trials), newest first."""
+    return matching(exp.tracking_uri, exp.client, exp.id, {"mlflow.parentRunId": parent_run_id})
+
+
 def trials(exp: Experiment, sweep: str | None = None) -> pd.DataFrame:
     """One row per trial (child run) of the experiment, or of one sweep: ids, its round
     (search, or confirm for a confirmation trial), status tags, typed params and the final
     value of every metric."""
-    query = "tags.mlflow.parentRunId != ''"
-    if sweep is not None:
-        query += f" and tags.sweep = '{sweep}'"
-    runs = search(exp, query)
+    runs = trial_runs(exp, sweep)
     if not runs:
         where = f"sweep {sweep!r} of experiment" if sweep else "experiment"
         raise UserError(
@@ -168,26 +177,26 @@ def trials(exp: Experiment, sweep: str | None = None) -> pd.DataFrame:
         )
     ids, params, metrics = [], [], []
     for run in runs:
-        tags = run.data.tags
+        tags = run.tags
         ids.append(
             {
                 "experiment": exp.name,
                 "sweep": tags.get("sweep"),
                 "parent_run_id": tags.get("mlflow.parentRunId"),
-                "run_id": run.info.run_id,
-                "run_name": run.info.run_name,
+                "run_id": run.run_id,
+                "run_name": run.run_name,
                 "trial_id": tags.get("trial_id"),
                 "round": tags.get("round", "search"),
                 "status": tags.get("status", "running"),
                 "stopped_at_epoch": tags.get("stopped_at_epoch"),
-                "run_status": run.info.status,
-                "start_time": run.info.start_time,
-                "end_time": run.info.end_time,
+                "run_status": run.status,
+                "start_time": run.start_time,
+                "end_time": run.end_time,
                 **{column: tags.get(tag) for tag, column in PROVENANCE.items()},
             }
         )
-        params.append(run.data.params)
-        metrics.append(run.data.metrics)
+        params.append(run.params)
+        metrics.append(run.metrics)
     frame = pd.DataFrame(ids, columns=ID_COLUMNS + list(PROVENANCE.values()))
     for column in (
         "experiment",
@@ -237,7 +246,7 @@ def history(exp: Experiment, runs: pd.DataFrame) -> pd.DataFrame:
     ]
     cached = (
         snapshot.EMPTY
-        if histories.is_database(exp.tracking_uri)
+        if database.is_database(exp.tracking_uri)
         else snapshot.current_rows(exp.client, runs, unclipped)
     )  # a database is read faster directly
     rest = runs["run_id"][~runs["run_id"].isin(cached["run_id"])]
