@@ -34,8 +34,11 @@ size as it finishes, then one JSON line.
     python benchmarks/scale.py [--trials 500 2000 10000] [--search random|optuna]
         [--store sqlite|postgres] [--storage dir|bucket] [--slots 64] [--epochs 40]
         [--epoch-ms 5] [--histories FILE.parquet | --synthetic-curves] [--keep DIR]
-        [--trace-memory]
+        [--trace-memory] [--plain-tune]
 
+--plain-tune runs the same trials in plain Tune instead, for the driver's cost that is Tune's
+own: the same simulated trials and cells, Tune's random search and its ASHA at the same rungs,
+no MLflow and no callback (--storage dir).
 --keep keeps each size's store and storage for a look afterwards; --trace-memory traces the
 driver's Python allocations (slower: not for timing) and prints, per phase, its RSS and Python
 heap at the phase's start and end and the source lines whose live allocations grew the most.
@@ -283,6 +286,10 @@ def drive(args) -> dict:
     lifecycle.build_tuner, lifecycle.close_sweep = build_tuner, close_sweep
     mark("setup")
     try:
+        if args.plain_tune:
+            summary, taken = plain_tune(args, function, mark)
+            mark("end")
+            return phased(marks, memory, summary, taken)
         summary = lifecycle.run_sweep(
             SPACE,
             preset=PRESET,
@@ -304,6 +311,57 @@ def drive(args) -> dict:
         taken = {r.metrics["trial_id"]: r.metrics.get("epoch", 0) for r in results if r.metrics}
     finally:
         ray.shutdown()
+    return phased(marks, memory, summary, taken)
+
+
+def plain_tune(args, function, mark) -> tuple[dict, dict]:
+    """The trials of --trials in plain Tune, with none of rhnsearch's driver: the same
+    simulated trial function and cells, drawn by Tune's own random search (the cells a grid,
+    num_samples settings each), stopped by Tune's ASHA across all trials at the same rungs
+    (epochs 2, 6, 18, reduction 3), on the same storage, with no callback (Tune's file
+    loggers off, as a sweep has them). The summary (trials, statuses) and the last epoch of
+    each trial."""
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler
+
+    from rhnsearch.data import load_dataset
+    from rhnsearch.search.space import load_space
+
+    space = load_space(SPACE, preset=PRESET)
+    cells = space.cells_for(load_dataset(space.dataset))
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # as start_ray sets it
+    mark("trials")
+    tuner = tune.Tuner(
+        tune.with_resources(tune.with_parameters(function, cells=cells), {"cpu": 1}),
+        param_space={
+            "cell": tune.grid_search(list(cells)),
+            "seed": tune.randint(0, 2**31 - 1),
+            "epochs": args.epochs,
+            "lr": tune.loguniform(1e-4, 1e-1),
+        },
+        tune_config=tune.TuneConfig(
+            metric="best_valid_loss",
+            mode="min",
+            num_samples=args.trials[0] // CELLS,
+            scheduler=ASHAScheduler(
+                time_attr="epoch", max_t=args.epochs, grace_period=2, reduction_factor=3
+            ),
+            reuse_actors=True,
+        ),
+        run_config=tune.RunConfig(name=NAME, storage_path=args.root, verbose=1),
+    )
+    results = tuner.fit()
+    taken = {r.metrics["trial_id"]: r.metrics.get("epoch", 0) for r in results if r.metrics}
+    statuses = [r.metrics.get("status") for r in results if r.metrics]
+    summary = {"trials": len(results)} | {
+        s: statuses.count(s) for s in ("completed", "diverged", "running")
+    }
+    summary["stopped"], summary["failed"] = summary.pop("running"), len(results) - len(statuses)
+    return summary, taken
+
+
+def phased(marks: dict, memory: dict, summary: dict, taken: dict) -> dict:
+    """`drive`'s answer: each phase's wall and CPU seconds and the peak RSS by its end."""
     phases = list(marks)
     return {
         "phases": {
@@ -357,7 +415,7 @@ def run_driver(args, trials: int, work: Path, uri: str, root: str, env: dict) ->
     command += ["--ray-dir", str(ray_dir), "--result", str(result), "--trials", str(trials)]
     command += ["--search", args.search, "--slots", str(args.slots), "--epochs", str(args.epochs)]
     command += ["--epoch-ms", str(args.epoch_ms), "--histories", str(args.histories)]
-    command += ["--trace-memory"] * args.trace_memory
+    command += ["--trace-memory"] * args.trace_memory + ["--plain-tune"] * args.plain_tune
     try:
         with open(work / "driver.log", "w") as log:
             code = subprocess.run(command, cwd=work, env=env, stdout=log, stderr=log).returncode
@@ -511,7 +569,8 @@ def measure(args, trials: int) -> dict:
     """One size: the sweep's driver, its storage, the commands and the records lost."""
     with ExitStack() as services:
         if args.keep:  # a folder per size, kept for a look afterwards
-            work = args.keep / f"{args.search}-{args.store}-{args.storage}-{trials}"
+            kind = "plain" if args.plain_tune else f"{args.search}-{args.store}-{args.storage}"
+            work = args.keep / f"{kind}-{trials}"
             work.mkdir(parents=True)
         else:
             work = Path(services.enter_context(tempfile.TemporaryDirectory(prefix="scale-")))
@@ -520,14 +579,17 @@ def measure(args, trials: int) -> dict:
         env = {**os.environ, **reach}
         driver = run_driver(args, trials, work, uri, root, env)
         size, objects = usage()
-        commands = results_commands(work, uri, root, env)
-        lost = records_lost(work / "history.parquet", driver["taken"])
+        if args.plain_tune:  # no MLflow: no records, no results commands
+            commands, lost = {}, 0
+        else:
+            commands = results_commands(work, uri, root, env)
+            lost = records_lost(work / "history.parquet", driver["taken"])
     summary, phases = driver["summary"], driver["phases"]
     epochs = sum(driver["taken"].values())
     return {
         "trials": summary["trials"],
         "trial_epochs": epochs,
-        **{s: summary[s] for s in ("completed", "stopped", "diverged", "failed", "running")},
+        **{s: summary.get(s, 0) for s in ("completed", "stopped", "diverged", "failed", "running")},
         "driver_cpu_ms_per_trial_epoch": 1000 * sum(p["cpu"] for p in phases.values()) / epochs,
         "driver_peak_rss_mb": driver["peak_mb"],
         "wall_s_per_trial": sum(p["wall"] for p in phases.values()) / summary["trials"],
@@ -574,6 +636,11 @@ def main():
     p.add_argument("--epoch-ms", type=float, default=5.0, help="a simulated epoch's sleep")
     p.add_argument("--histories", type=Path, default=HISTORIES, help="a history export")
     p.add_argument("--synthetic-curves", action="store_true", help="made-up curves instead")
+    p.add_argument(
+        "--plain-tune",
+        action="store_true",
+        help="the same trials in plain Tune, without rhnsearch's driver (no MLflow)",
+    )
     p.add_argument("--keep", type=Path, help="keep each size's store and storage under KEEP")
     p.add_argument(
         "--trace-memory",
@@ -584,6 +651,8 @@ def main():
         p.add_argument(hidden, help=argparse.SUPPRESS)
     p.add_argument("--driver", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.plain_tune and args.storage != "dir":
+        p.error("--plain-tune runs on --storage dir only")
     if args.driver:
         Path(args.result).write_text(json.dumps(drive(args)))
         return
@@ -597,7 +666,9 @@ def main():
             )
         curves = "synthetic" if args.synthetic_curves else str(args.histories)
         print(
-            f"{args.search} search, {args.store} store, storage in a {args.storage}, "
+            "plain Tune (not rhnsearch's driver: Tune's random search and ASHA, no MLflow), "
+            * args.plain_tune
+            + f"{args.search} search, {args.store} store, storage in a {args.storage}, "
             f"{args.slots} slots, {args.epochs} epochs at most, {args.epoch_ms:g} ms an epoch, "
             f"curves {curves}",
             flush=True,
@@ -606,7 +677,13 @@ def main():
         rows = []
         for trials in args.trials:
             rows.append(measure(args, trials))
-            print(" ".join(f.format(rows[-1][k]) for _, k, f in COLUMNS), flush=True)
+            print(
+                " ".join(
+                    f.format(rows[-1][k]) if k in rows[-1] else f"{'-':>{len(f.format(0))}}"
+                    for _, k, f in COLUMNS
+                ),
+                flush=True,
+            )
             for phase, grew in rows[-1].get("memory", {}).items():
                 (rss0, rss1), (heap0, heap1) = grew["rss_mb"], grew["heap_mb"]
                 trimmed0, trimmed1 = grew["trimmed_rss_mb"]
@@ -619,6 +696,7 @@ def main():
     print(
         json.dumps(
             {
+                "plain_tune": args.plain_tune,
                 "search": args.search,
                 "store": args.store,
                 "storage": args.storage,
