@@ -7,7 +7,9 @@ PostgreSQL database of its own (tests/lab_services.py), copies the store's rows 
 rows MLflow wrote, without logging them all again) and logs the sweep's history table
 (rhnsearch.tracking.snapshot) on the server's parent run, as a finished sweep does. Then times,
 the stores in turn in each of ROUNDS:
-  runs              rhnsearch.tracking.store.trials (MlflowClient.search_runs, paged)
+  runs              rhnsearch.tracking.store.trials: a database store's run tables read
+                    directly (runs.database_runs), a server's runs searched
+  runs/searched     the same through MlflowClient.search_runs, paged, on every store
   history           store.history: one SELECT per 500 runs on a database store
                     (sqlite, postgresql://), the sweep's history table from the server
   history/no table  histories.read, what the server gives without the table:
@@ -37,6 +39,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 from sqlalchemy.dialects import postgresql
 
+from rhnsearch.compat import mlflow as mlflow_compat
 from rhnsearch.tracking import histories, snapshot, store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -209,6 +212,13 @@ def time_store(label: str, exp: store.Experiment, args, times: dict) -> pd.DataF
     """One round of trials, history and the per-run fallback on one store."""
     seconds, trials = timed(lambda: store.trials(exp))
     times.setdefault(f"{label} runs", []).append(seconds)
+    run_tables, mlflow_compat.run_tables_sql = mlflow_compat.run_tables_sql, lambda: None
+    try:
+        seconds, searched = timed(lambda: store.trials(exp))
+    finally:
+        mlflow_compat.run_tables_sql = run_tables
+    times.setdefault(f"{label} runs/searched", []).append(seconds)
+    pd.testing.assert_frame_equal(searched, trials)
     seconds, history = timed(lambda: store.history(exp, trials))
     times.setdefault(f"{label} history", []).append(seconds)
     keys = [
@@ -279,6 +289,7 @@ def main():
     print(f"  {'':<26} " + " ".join(f"{label:>14}" for label in stores))
     for what in (
         "runs",
+        "runs/searched",
         "history",
         "history/no table",
         "history/per-run",
