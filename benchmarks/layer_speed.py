@@ -215,7 +215,7 @@ def main(argv=None):
     where = torch.cuda.get_device_name() if device.type == "cuda" else "CPU"
     print(
         f"torch {torch.__version__} on {where}, {args.threads} threads, {args.clock} clock, "
-        f"oneDNN products: {kernels.ONEDNN and device.type == 'cpu'}"
+        f"oneDNN products: {kernels.onednn() and device.type == 'cpu'}"
     )
     print(
         f"{'shape (T,B,F,n,L)':<22}{'arch':<8}{'lstm n':>7}{'naive ms':>10}{'ours ms':>9}"

@@ -2,13 +2,14 @@
 
 On CPU, oneDNN's products are 1.5-3x faster here than `torch.addmm` / `torch.mm` (MKL) for the
 recurrent layers' shapes, all the more with the weight packed once per call for the per-step
-products. These are private PyTorch ops (compat/torch.py): `ONEDNN` is True only on a torch
+products. These are private PyTorch ops (compat/torch.py): `onednn()` is True only on a torch
 they were tested on and where they were found working, on tiny tensors, with results equal to
 the public ops'; otherwise (and on CUDA, in float64, for products under MIN_MACS
 multiply-adds, or with RHNSEARCH_ONEDNN=0) everything runs on public torch ops.
 """
 
 import collections
+import functools
 import math
 import os
 import threading
@@ -19,13 +20,24 @@ from torch.nn import functional as F
 
 from ...compat import torch as torch_compat
 
-ONEDNN = os.environ.get("RHNSEARCH_ONEDNN", "1") != "0" and torch_compat.onednn_works()
-REUSE = torch_compat.views_known()  # the buffers of arrays given back are reused
 MIN_MACS = 1 << 20  # measured break-even: batch 32, 128 -> 256 units
 
 
+@functools.cache
+def onednn() -> bool:
+    """Whether oneDNN's products are used: RHNSEARCH_ONEDNN is not 0 and compat finds them
+    tested and working. Asked at the first product, so that importing checks nothing."""
+    return os.environ.get("RHNSEARCH_ONEDNN", "1") != "0" and torch_compat.onednn_works()
+
+
+@functools.cache
+def reuse() -> bool:
+    """Whether the buffers of arrays given back are reused (torch's views are known)."""
+    return torch_compat.views_known()
+
+
 def _onednn(t: torch.Tensor, macs: int) -> bool:
-    return ONEDNN and t.device.type == "cpu" and t.dtype == torch.float32 and macs >= MIN_MACS
+    return onednn() and t.device.type == "cpu" and t.dtype == torch.float32 and macs >= MIN_MACS
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias=None) -> torch.Tensor:
@@ -104,7 +116,7 @@ class Workspace:
     def give(self, *arrays):
         """Return arrays from `take` (None is skipped; kept only where torch's views are known,
         else `take` makes new ones)."""
-        if REUSE:
+        if reuse():
             self.returned.extend(torch_compat.view_base(a) for a in arrays if a is not None)
 
     def give_when_freed(self, owner, *arrays):
