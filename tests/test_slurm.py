@@ -4,6 +4,8 @@ End to end on a real single-node Slurm (slurm_cluster.py, the session's `slurm` 
 
 import json
 import re
+import subprocess
+import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -208,14 +210,37 @@ def confirm_on_slurm(slurm, cwd: Path, name: str):
     assert parent.info.status == "FINISHED" and "confirmed_1" in parent.data.tags
 
 
+def test_a_stop_signal_as_the_sweep_returns_leaves_the_summarys_exit_code():
+    """Slurm's warning signal (SIGINT to the sweep) that comes once the sweep has returned
+    stops nothing: the exit code stays the summary's 0, so the job does not requeue a finished
+    sweep (it once did, and its next run found nothing left to do)."""
+    script = """
+import os, signal, sys, threading, time
+from rhnsearch.cli.sweep import sweep_then_report
+
+def sweep():  # a finished sweep; the signal comes as it returns
+    threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+    return dict(name="late", trials=1, completed=1, stopped=0, diverged=0, failed=0,
+                running=0, best=None, wall_seconds=1.0, train_seconds=1.0, complete=True)
+
+code = sweep_then_report(sweep, False)
+time.sleep(1)  # the rest of the process's exit, where the signal lands
+sys.exit(code)
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "sweep late: 1 trials: 1 completed" in proc.stderr
+
+
 def test_a_sweep_requeued_then_timed_out_twice_goes_on_to_its_end(slurm, tmp_path, data_dir):
     """A requeue (as an admin or a preemption does) mid-sweep, then Slurm's time limit: its
     warning signal stops the sweep (Tune's state saved, trials stopped) and the job requeues
     itself, again and again. The sweep finishes on the same parent run, every trial's history
     complete and without duplicates; a trial that had a checkpoint went on from it."""
-    # A run of the job trains for about 45 s before its warning signal: some 170 trial-epochs
-    # here. 240 outlast one run and end in the next: three runs in all.
-    epochs = 120
+    # Slurm sends the warning up to a minute early ("--signal" in sbatch's manual), so a run of
+    # the job trains for 0-45 s before it, some 6 trial-epochs a second: up to 300 trial-epochs.
+    # 400 outlast any one run (240 did not: a run once trained them all before its warning).
+    epochs = 200
     job_id = submit(
         slurm,
         tmp_path,

@@ -3,6 +3,7 @@
 import contextlib
 import json
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -431,7 +432,9 @@ def report(summary, as_json) -> int:
 def sweep_then_report(sweep, as_json) -> int:
     """Run a sweep and print its summary. With --json, stdout holds the JSON line only: what
     Ray and Tune print (trial logs, progress, its nodes' messages) goes to stderr, and Ray is
-    disconnected before the line is printed, so no late message can follow it."""
+    disconnected before the line is printed, so no late message can follow it. Once the sweep
+    has returned, SIGINT is ignored: a stop that comes too late to stop anything (Slurm's
+    warning signal as the sweep ends) leaves the exit code the summary's."""
     import ray
 
     from ..tracking.sender import drain_seconds
@@ -440,6 +443,7 @@ def sweep_then_report(sweep, as_json) -> int:
     with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
         try:
             summary = sweep()
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         finally:
             ray.shutdown()
     return report(summary, as_json)
