@@ -32,9 +32,9 @@ never ended: must be 0), and the wall and CPU seconds of `sweep status`, `result
 size as it finishes, then one JSON line.
 
     python benchmarks/scale.py [--trials 500 2000 10000] [--search random|optuna]
-        [--store sqlite|postgres] [--storage dir|bucket] [--slots 64] [--epochs 40]
-        [--epoch-ms 5] [--histories FILE.parquet | --synthetic-curves] [--keep DIR]
-        [--trace-memory] [--plain-tune]
+        [--scheduler cell_asha|asha] [--store sqlite|postgres] [--storage dir|bucket]
+        [--slots 64] [--epochs 40] [--epoch-ms 5] [--histories FILE.parquet |
+        --synthetic-curves] [--keep DIR] [--trace-memory] [--plain-tune]
 
 --plain-tune runs the same trials in plain Tune instead, for the driver's cost that is Tune's
 own: the same simulated trials and cells, Tune's random search and its ASHA at the same rungs,
@@ -301,6 +301,7 @@ def drive(args) -> dict:
                 "keep_model=none",
             ],
             search=args.search,
+            scheduler=args.scheduler,
             tracking_uri=args.uri,
             experiment=EXPERIMENT,
             name=NAME,
@@ -413,7 +414,8 @@ def run_driver(args, trials: int, work: Path, uri: str, root: str, env: dict) ->
     ray_dir, result = RAY_TEMP / f"{os.getpid()}-{trials}", work / "driver.json"
     command = [sys.executable, __file__, "--driver", "--uri", uri, "--root", root]
     command += ["--ray-dir", str(ray_dir), "--result", str(result), "--trials", str(trials)]
-    command += ["--search", args.search, "--slots", str(args.slots), "--epochs", str(args.epochs)]
+    command += ["--search", args.search, "--scheduler", args.scheduler]
+    command += ["--slots", str(args.slots), "--epochs", str(args.epochs)]
     command += ["--epoch-ms", str(args.epoch_ms), "--histories", str(args.histories)]
     command += ["--trace-memory"] * args.trace_memory + ["--plain-tune"] * args.plain_tune
     try:
@@ -629,6 +631,12 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trials", type=int, nargs="+", default=[500, 2000, 10000])
     p.add_argument("--search", choices=["random", "optuna"], default="random")
+    p.add_argument(
+        "--scheduler",
+        choices=["cell_asha", "asha"],
+        default="cell_asha",
+        help="the sweep's: ASHA within each cell (the preset's) or Tune's own across all trials",
+    )
     p.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
     p.add_argument("--storage", choices=["dir", "bucket"], default="dir")
     p.add_argument("--slots", type=int, default=64, help="Ray's logical CPUs: trials at once")
@@ -668,7 +676,8 @@ def main():
         print(
             "plain Tune (not rhnsearch's driver: Tune's random search and ASHA, no MLflow), "
             * args.plain_tune
-            + f"{args.search} search, {args.store} store, storage in a {args.storage}, "
+            + f"{args.search} search, {args.scheduler} scheduler, {args.store} store, "
+            f"storage in a {args.storage}, "
             f"{args.slots} slots, {args.epochs} epochs at most, {args.epoch_ms:g} ms an epoch, "
             f"curves {curves}",
             flush=True,
@@ -698,6 +707,7 @@ def main():
             {
                 "plain_tune": args.plain_tune,
                 "search": args.search,
+                "scheduler": args.scheduler,
                 "store": args.store,
                 "storage": args.storage,
                 "slots": args.slots,
