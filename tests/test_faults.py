@@ -295,11 +295,12 @@ def test_runs_are_deleted_only_on_the_strength_of_a_state_read(state, tmp_path, 
     }[state]
     (folder / name).write_text(text)
     paths = SweepPaths(str(tmp_path), "sweep")
-    drop_lost_runs(client, ParentRun(client.tracking_uri, experiment, parent, paths))
+    left = drop_lost_runs(client, ParentRun(client.tracking_uri, experiment, parent, paths))
     kept = {
         r.data.tags["trial_id"] for r in client.search_runs([experiment], "tags.kind = 'trial'")
     }
     assert kept == ({"saved"} if state == "read" else {"saved", "unsaved"})
+    assert {run.tags["trial_id"] for run in left} == kept
     warnings = [r.getMessage() for r in caplog.records if r.name.startswith("rhnsearch.")]
     assert len(warnings) == 1 and "\n" not in warnings[0]
     assert (

@@ -40,22 +40,35 @@ def metric_histories_sql():
 def run_tables_sql() -> dict | None:
     """SELECTs on a database store's run tables, or None where this MLflow is not one they
     were tested on (one warning line: the runs are then searched through MlflowClient):
-    `runs`, the active runs of the experiment bound to `experiment_id` (run_uuid, name,
-    status, start_time, end_time) in MlflowClient.search_runs' order; `tags`, `params` and
-    `latest_metrics` (run_uuid, key, value; the metrics also is_nan) of the runs bound to
-    `ids` (a list, expanded)."""
+    `runs(tags)`, the active runs of the experiment bound to `experiment_id` (run_uuid, name,
+    status, start_time, end_time) whose TAGS have the values given (None: any value but none
+    or ''), in MlflowClient.search_runs' order; `tags`, `params` and `latest_metrics`
+    (run_uuid, key, value; the metrics also is_nan) of the runs bound to `ids` (a list,
+    expanded)."""
     import sqlalchemy as sa
 
     what = "the run tables of MLflow's database stores"
     if not tested("mlflow", SUPPORTED, what, "searching the runs through MlflowClient"):
         return None
+
+    def runs(tags: dict[str, str | None]) -> sa.TextClause:
+        having = "".join(
+            " AND EXISTS (SELECT 1 FROM tags WHERE tags.run_uuid = runs.run_uuid AND "
+            f"tags.key = :key{i} AND tags.value {'!=' if value is None else '='} :value{i})"
+            for i, value in enumerate(tags.values())
+        )
+        return sa.text(
+            "SELECT run_uuid, name, status, start_time, end_time FROM runs "
+            f"WHERE experiment_id = :experiment_id AND lifecycle_stage = 'active'{having} "
+            "ORDER BY start_time DESC, run_uuid"
+        ).bindparams(
+            **{f"key{i}": key for i, key in enumerate(tags)},
+            **{f"value{i}": value or "" for i, value in enumerate(tags.values())},
+        )
+
     of_runs = "FROM {} WHERE run_uuid IN :ids"
     return {
-        "runs": sa.text(
-            "SELECT run_uuid, name, status, start_time, end_time FROM runs "
-            "WHERE experiment_id = :experiment_id AND lifecycle_stage = 'active' "
-            "ORDER BY start_time DESC, run_uuid"
-        ),
+        "runs": runs,
         **{
             table: sa.text(
                 f"SELECT run_uuid, key, value{extra} {of_runs.format(table)}"

@@ -36,8 +36,7 @@ def close_sweep(record: SweepRecord, results, *, trials_seconds: float, started:
     """
     client = MlflowClient(record.tracking_uri)
     try:
-        drop_lost_runs(client, record.parent_run)
-        runs = child_runs(client, record.parent_run)
+        runs = drop_lost_runs(client, record.parent_run)
         long = histories.read(
             record.tracking_uri,
             client,
@@ -86,11 +85,12 @@ def close_sweep(record: SweepRecord, results, *, trials_seconds: float, started:
     return summary
 
 
-def drop_lost_runs(client: MlflowClient, parent: ParentRun):
+def drop_lost_runs(client: MlflowClient, parent: ParentRun) -> list[StoredRun]:
     """Delete the runs of trials that a killed driver had started but Tune had not saved yet:
     the resumed sweep does not know them, and runs their settings again as new trials. Only
     on the strength of Tune's saved state of every round, read: where one is missing or
-    unreadable, every run is kept, and a warning says so."""
+    unreadable, every run is kept, and a warning says so. Returns the runs kept."""
+    runs = child_runs(client, parent)
     paths = parent.paths.round_dirs
     saved = [saved_trial_ids(path) for path in paths]
     if None in saved:
@@ -100,9 +100,9 @@ def drop_lost_runs(client: MlflowClient, parent: ParentRun):
             "Tune saved it may have a second run)",
             paths[saved.index(None)],
         )
-        return
+        return runs
     trials = set().union(*saved)
-    lost = [run for run in child_runs(client, parent) if run.tags.get("trial_id") not in trials]
+    lost = [run for run in runs if run.tags.get("trial_id") not in trials]
     for run in lost:
         client.delete_run(run.run_id)
     if lost:
@@ -111,6 +111,7 @@ def drop_lost_runs(client: MlflowClient, parent: ParentRun):
             "Tune saved them; the resumed sweep ran them again",
             len(lost),
         )
+    return [run for run in runs if run.tags.get("trial_id") in trials]
 
 
 def child_runs(client: MlflowClient, parent: ParentRun) -> list[StoredRun]:

@@ -49,15 +49,10 @@ def matching(
 ) -> list[StoredRun]:
     """The active runs of EXPERIMENT_ID whose TAGS have the values given (None: any value but
     none or ''), newest first."""
-    if database.is_database(uri) and (found := database_runs(uri, experiment_id)) is not None:
-        return [
-            run
-            for run in found
-            if all(
-                run.tags.get(key) if value is None else run.tags.get(key) == value
-                for key, value in tags.items()
-            )
-        ]
+    if database.is_database(uri):
+        found = database_runs(uri, experiment_id, tags)
+        if found is not None:
+            return found
     query = " and ".join(
         f"tags.{key} != ''" if value is None else f"tags.{key} = '{value}'"
         for key, value in tags.items()
@@ -78,14 +73,18 @@ def all_runs(client: MlflowClient, experiment_id: str, filter_string: str, *, pa
             return runs
 
 
-def database_runs(uri: str, experiment_id: str) -> list[StoredRun] | None:
-    """The active runs of EXPERIMENT_ID in the database store URI, in search_runs' order
-    (newest first); None where this MLflow's run tables are not known here."""
+def database_runs(
+    uri: str, experiment_id: str, tags: dict[str, str | None]
+) -> list[StoredRun] | None:
+    """The active runs of EXPERIMENT_ID in the database store URI whose TAGS have the values
+    given (None: any but none or ''), in search_runs' order (newest first); None where this
+    MLflow's run tables are not known here."""
     queries = mlflow_compat.run_tables_sql()
     if queries is None:
         return None
     with database.connect(uri) as db:
-        infos = db.execute(queries["runs"], {"experiment_id": experiment_id}).cursor.fetchall()
+        query = queries["runs"](tags)
+        infos = db.execute(query, {"experiment_id": experiment_id}).cursor.fetchall()
         ids = [info[0] for info in infos]
         tags, params, metrics = defaultdict(dict), defaultdict(dict), defaultdict(dict)
         for run_id, key, value in database.select(db, queries["tags"], ids):
