@@ -243,9 +243,11 @@ def drive(args) -> dict:
     summary and the last epoch Tune took of each trial."""
     import ray
 
+    from rhnsearch.cluster.connect import limit_malloc_arenas
     from rhnsearch.sweep import lifecycle
 
     trials = args.trials[0]
+    limit_malloc_arenas()  # as start_ray does, before Ray's threads
     ray.init(
         address="local",
         num_cpus=args.slots,
