@@ -86,14 +86,14 @@ def database_runs(
         query = queries["runs"](tags)
         infos = db.execute(query, {"experiment_id": experiment_id}).cursor.fetchall()
         ids = [info[0] for info in infos]
-        tags, params, metrics = defaultdict(dict), defaultdict(dict), defaultdict(dict)
+        tagged, params, metrics = defaultdict(dict), defaultdict(dict), defaultdict(dict)
         for run_id, key, value in database.select(db, queries["tags"], ids):
-            tags[run_id][key] = value
+            tagged[run_id][key] = value
         for run_id, key, value in database.select(db, queries["params"], ids):
             params[run_id][key] = value
         for run_id, key, value, is_nan in database.select(db, queries["latest_metrics"], ids):
             metrics[run_id][key] = float("nan") if is_nan else float(value)
     return [
-        StoredRun(run_id, name, status, start, end, tags[run_id], params[run_id], metrics[run_id])
+        StoredRun(run_id, name, status, start, end, tagged[run_id], params[run_id], metrics[run_id])
         for run_id, name, status, start, end in infos
     ]
