@@ -31,10 +31,12 @@ def metric_histories_sql():
     import sqlalchemy as sa
 
     require("mlflow", SUPPORTED, "the metrics table of MLflow's database stores")
-    return sa.text(
-        "SELECT run_uuid, key, step, value, is_nan FROM metrics WHERE run_uuid IN :ids "
-        "AND key != 'epoch' AND step >= 1 ORDER BY timestamp"
-    ).bindparams(sa.bindparam("ids", expanding=True))
+    m = _table("metrics", "run_uuid", "key", "step", "value", "is_nan", "timestamp")
+    return (
+        sa.select(m.c.run_uuid, m.c.key, m.c.step, m.c.value, m.c.is_nan)
+        .where(_of_runs(m), m.c.key != "epoch", m.c.step >= 1)
+        .order_by(m.c.timestamp)
+    )
 
 
 def run_tables_sql() -> dict | None:
@@ -50,32 +52,53 @@ def run_tables_sql() -> dict | None:
     what = "the run tables of MLflow's database stores"
     if not tested("mlflow", SUPPORTED, what, "searching the runs through MlflowClient"):
         return None
+    info = ("run_uuid", "name", "status", "start_time", "end_time")
+    runs = _table("runs", *info, "experiment_id", "lifecycle_stage")
+    tags = _table("tags", "run_uuid", "key", "value")
 
-    def runs(tags: dict[str, str | None]) -> sa.TextClause:
-        having = "".join(
-            " AND EXISTS (SELECT 1 FROM tags WHERE tags.run_uuid = runs.run_uuid AND "
-            f"tags.key = :key{i} AND tags.value {'!=' if value is None else '='} :value{i})"
-            for i, value in enumerate(tags.values())
-        )
-        return sa.text(
-            "SELECT run_uuid, name, status, start_time, end_time FROM runs "
-            f"WHERE experiment_id = :experiment_id AND lifecycle_stage = 'active'{having} "
-            "ORDER BY start_time DESC, run_uuid"
-        ).bindparams(
-            **{f"key{i}": key for i, key in enumerate(tags)},
-            **{f"value{i}": value or "" for i, value in enumerate(tags.values())},
+    def tagged(key: str, value: str | None):
+        return sa.exists().where(
+            tags.c.run_uuid == runs.c.run_uuid,
+            tags.c.key == key,
+            tags.c.value != "" if value is None else tags.c.value == value,
         )
 
-    of_runs = "FROM {} WHERE run_uuid IN :ids"
+    def runs_of(wanted: dict[str, str | None]) -> sa.Select:
+        return (
+            sa.select(*(runs.c[name] for name in info))
+            .where(
+                runs.c.experiment_id == sa.bindparam("experiment_id"),
+                runs.c.lifecycle_stage == "active",
+                *(tagged(key, value) for key, value in wanted.items()),
+            )
+            .order_by(runs.c.start_time.desc(), runs.c.run_uuid)
+        )
+
+    def of_runs(name: str, *extra: str) -> sa.Select:
+        table = _table(name, "run_uuid", "key", "value", *extra)
+        return sa.select(*table.c).where(_of_runs(table))
+
     return {
-        "runs": runs,
-        **{
-            table: sa.text(
-                f"SELECT run_uuid, key, value{extra} {of_runs.format(table)}"
-            ).bindparams(sa.bindparam("ids", expanding=True))
-            for table, extra in (("tags", ""), ("params", ""), ("latest_metrics", ", is_nan"))
-        },
+        "runs": runs_of,
+        "tags": of_runs("tags"),
+        "params": of_runs("params"),
+        "latest_metrics": of_runs("latest_metrics", "is_nan"),
     }
+
+
+def _table(name: str, *columns: str):
+    """MLflow's table NAME with COLUMNS, for SQLAlchemy to quote as each database needs (MySQL
+    reserves `key`)."""
+    import sqlalchemy as sa
+
+    return sa.table(name, *(sa.column(c) for c in columns))
+
+
+def _of_runs(table):
+    """TABLE's rows of the runs bound to `ids` (a list, expanded)."""
+    import sqlalchemy as sa
+
+    return table.c.run_uuid.in_(sa.bindparam("ids", expanding=True))
 
 
 def server_request(uri: str, endpoint: str):
