@@ -737,3 +737,20 @@ def test_a_database_store_reads_its_runs_as_a_search_does(tmp_path, monkeypatch,
         pd.testing.assert_frame_equal(store.trials(exp, "s"), frame)
     (line,) = [r.getMessage() for r in caplog.records if "run tables" in r.getMessage()]
     assert "mlflow<1 only" in line and "searching the runs through MlflowClient" in line
+
+
+def test_the_database_selects_quote_what_mysql_reserves():
+    """MySQL reserves `key`: each SELECT on MLflow's tables, compiled for MySQL as a MySQL store
+    would run it, quotes it (sqlite and PostgreSQL run them in the tests above and beside)."""
+    import re
+
+    from sqlalchemy.dialects import mysql
+
+    from rhnsearch.compat import mlflow as mlflow_compat
+
+    tables = mlflow_compat.run_tables_sql()
+    queries = [tables["runs"]({"sweep": "s", "status": None}), mlflow_compat.metric_histories_sql()]
+    queries += [tables[name] for name in ("tags", "params", "latest_metrics")]
+    for query in queries:
+        sql = str(query.compile(dialect=mysql.dialect()))
+        assert "`key`" in sql and not re.search(r"(?<![`\w])key(?![`\w])", sql), sql
