@@ -28,17 +28,20 @@ until the Tuner is built; trials, with the MLflow drain; the sweep's close: summ
 plots, report), the storage's bytes and objects when the sweep is done, MLflow
 records lost (trial-epochs Tune took from the trials that MLflow lacks, and trials whose run
 never ended: must be 0), and the wall and CPU seconds of `sweep status`, `results report`,
-`results export --history` and `results table` run on the finished sweep. One table row per
+`results export --history` and `results table` run on the finished sweep, and the seconds
+headless Chromium (where there is one) takes to open its report. One table row per
 size as it finishes, then one JSON line.
 
     python benchmarks/scale.py [--trials 500 2000 10000] [--search random|optuna]
         [--scheduler cell_asha|asha] [--store sqlite|postgres] [--storage dir|bucket]
         [--slots 64] [--epochs 40] [--epoch-ms 5] [--histories FILE.parquet |
-        --synthetic-curves] [--keep DIR] [--trace-memory] [--plain-tune]
+        --synthetic-curves] [--keep DIR] [--trace-memory]
+        [--plain-tune [--plain-with storage|limit|searcher ...]]
 
 --plain-tune runs the same trials in plain Tune instead, for the driver's cost that is Tune's
 own: the same simulated trials and cells, Tune's random search and its ASHA at the same rungs,
-no MLflow and no callback (--storage dir).
+no MLflow and no callback (--storage dir). --plain-with adds pieces of the sweep's driver to
+it (`plain_tune`), to tell which of them grows.
 --keep keeps each size's store and storage for a look afterwards; --trace-memory traces the
 driver's Python allocations (slower: not for timing) and prints, per phase, its RSS and Python
 heap at the phase's start and end and the source lines whose live allocations grew the most.
@@ -178,6 +181,7 @@ def simulated(curves: dict, epoch_ms: float):
             "gpu_ids": "none",
             "node_id": ray.get_runtime_context().get_node_id(),
             "torch_version": "simulated",
+            "cpu": "simulated",
         }
         state, before = restored(tune.get_checkpoint())
         # (a trial restored from its last epoch reports it again, as train.epoch_reports does)
@@ -321,22 +325,47 @@ def plain_tune(args, function, mark) -> tuple[dict, dict]:
     """The trials of --trials in plain Tune, with none of rhnsearch's driver: the same
     simulated trial function and cells, drawn by Tune's own random search (the cells a grid,
     num_samples settings each), stopped by Tune's ASHA across all trials at the same rungs
-    (epochs 2, 6, 18, reduction 3), on the same storage, with no callback (Tune's file
-    loggers off, as a sweep has them). The summary (trials, statuses) and the last epoch of
-    each trial."""
+    (epochs 2, 6, 18, reduction 3), on the same storage, with no callback (Tune's settings
+    as `start_ray` makes them for a sweep). --plain-with adds the sweep's own pieces, one at
+    a time, to find which of them grows: `storage` (the storage filesystem the sweep gives
+    Tune), `limit` (its max_concurrent_trials, one a slot, and max_failures), `searcher`
+    (its random CellSearcher and the configs it gives Tune, with `limit`, as the sweep runs
+    it). The summary (trials, statuses) and the last epoch of each trial."""
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
 
+    from rhnsearch.cluster import storage
+    from rhnsearch.cluster.connect import start_ray
     from rhnsearch.data import load_dataset
+    from rhnsearch.search.searchers import CellSearcher, round_slots
     from rhnsearch.search.space import load_space
+    from rhnsearch.search.trial import tune_constants
 
-    space = load_space(SPACE, preset=PRESET)
+    overrides = [f"samples={args.trials[0] // CELLS}", f"fixed.epochs={args.epochs}"]
+    space = load_space(SPACE, preset=PRESET, overrides=overrides)
     cells = space.cells_for(load_dataset(space.dataset))
-    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # as start_ray sets it
+    start_ray(None)  # Ray is up: only the Tune settings a sweep's driver has
+    pieces = set(args.plain_with)
+    if "searcher" in pieces:
+        constants = tune_constants(space, None, PRESET)
+        slots = round_slots(space.samples, 1)
+        searched = {"search_alg": CellSearcher(space, cells, constants, slots)}
+        searched["num_samples"] = len(slots) * len(cells)
+    else:
+        searched = {"num_samples": space.samples}
+    if "storage" in pieces:
+        filesystem, path = storage.split(args.root)
+        stored = {"storage_path": path, "storage_filesystem": filesystem}
+    else:
+        stored = {"storage_path": args.root}
+    limited = {"max_concurrent_trials": args.slots} if pieces & {"limit", "searcher"} else {}
+    failures = tune.FailureConfig(max_failures=2 if limited else 0)
     mark("trials")
     tuner = tune.Tuner(
         tune.with_resources(tune.with_parameters(function, cells=cells), {"cpu": 1}),
-        param_space={
+        param_space={}
+        if "searcher" in pieces
+        else {
             "cell": tune.grid_search(list(cells)),
             "seed": tune.randint(0, 2**31 - 1),
             "epochs": args.epochs,
@@ -345,13 +374,14 @@ def plain_tune(args, function, mark) -> tuple[dict, dict]:
         tune_config=tune.TuneConfig(
             metric="best_valid_loss",
             mode="min",
-            num_samples=args.trials[0] // CELLS,
             scheduler=ASHAScheduler(
                 time_attr="epoch", max_t=args.epochs, grace_period=2, reduction_factor=3
             ),
             reuse_actors=True,
+            **searched,
+            **limited,
         ),
-        run_config=tune.RunConfig(name=NAME, storage_path=args.root, verbose=1),
+        run_config=tune.RunConfig(name=NAME, verbose=1, failure_config=failures, **stored),
     )
     results = tuner.fit()
     taken = {r.metrics["trial_id"]: r.metrics.get("epoch", 0) for r in results if r.metrics}
@@ -420,6 +450,7 @@ def run_driver(args, trials: int, work: Path, uri: str, root: str, env: dict) ->
     command += ["--slots", str(args.slots), "--epochs", str(args.epochs)]
     command += ["--epoch-ms", str(args.epoch_ms), "--histories", str(args.histories)]
     command += ["--trace-memory"] * args.trace_memory + ["--plain-tune"] * args.plain_tune
+    command += ["--plain-with", *args.plain_with] * bool(args.plain_with)
     try:
         with open(work / "driver.log", "w") as log:
             code = subprocess.run(command, cwd=work, env=env, stdout=log, stderr=log).returncode
@@ -548,9 +579,10 @@ def timed(command: list[str], work: Path, env: dict) -> dict:
 
 def results_commands(work: Path, uri: str, root: str, env: dict) -> dict:
     """The seconds of the four commands on the finished sweep (the history export written to
-    WORK/history.parquet)."""
+    WORK/history.parquet), and of the report's opening in headless Chromium where there is
+    one."""
     store = ["--experiment", EXPERIMENT, "--sweep", NAME, "--tracking-uri", uri]
-    return {
+    seconds = {
         "status": timed(["sweep", "status", NAME, "--storage-path", root], work, env),
         "report": timed(["results", "report", *store, "--out", "report.html"], work, env),
         "export": timed(
@@ -558,6 +590,28 @@ def results_commands(work: Path, uri: str, root: str, env: dict) -> dict:
         ),
         "table": timed(["results", "table", *store], work, env),
     }
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser:
+        seconds["open"] = {"wall": opened(browser, work / "report.html")}
+    return seconds
+
+
+def opened(browser: str, page: Path) -> float:
+    """The wall seconds headless Chromium takes to load PAGE and lay it out (its DOM dumped
+    after the load event), less those of an empty page (the browser's own start)."""
+
+    def load(url: str) -> float:
+        with tempfile.TemporaryDirectory() as profile:
+            start = time.monotonic()
+            subprocess.run(
+                [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                 f"--user-data-dir={profile}", "--window-size=1280,1000", "--dump-dom", url],
+                capture_output=True, check=True, timeout=300,
+            )  # fmt: skip
+            return time.monotonic() - start
+
+    blank = min(load("about:blank") for _ in range(2))
+    return max(0.0, min(load(page.as_uri()) for _ in range(2)) - blank)
 
 
 def records_lost(history: Path, taken: dict) -> int:
@@ -604,7 +658,7 @@ def measure(args, trials: int) -> dict:
         "storage_objects": objects,
         "mlflow_records_lost": lost,
         **{f"{name}_s": t["wall"] for name, t in commands.items()},
-        **{f"{name}_cpu_s": t["cpu"] for name, t in commands.items()},
+        **{f"{name}_cpu_s": t["cpu"] for name, t in commands.items() if "cpu" in t},
         **({"memory": driver["memory"]} if driver["memory"] else {}),
     }
 
@@ -626,6 +680,7 @@ COLUMNS = [  # (heading, key, format)
     ("report s", "report_s", "{:>8.1f}"),
     ("export s", "export_s", "{:>8.1f}"),
     ("table s", "table_s", "{:>7.1f}"),
+    ("open s", "open_s", "{:>6.1f}"),
 ]
 
 
@@ -651,6 +706,13 @@ def main():
         action="store_true",
         help="the same trials in plain Tune, without rhnsearch's driver (no MLflow)",
     )
+    p.add_argument(
+        "--plain-with",
+        nargs="+",
+        choices=["storage", "limit", "searcher"],
+        default=[],
+        help="--plain-tune with these pieces of the sweep's driver (see plain_tune)",
+    )
     p.add_argument("--keep", type=Path, help="keep each size's store and storage under KEEP")
     p.add_argument(
         "--trace-memory",
@@ -663,6 +725,8 @@ def main():
     args = p.parse_args()
     if args.plain_tune and args.storage != "dir":
         p.error("--plain-tune runs on --storage dir only")
+    if args.plain_with and not args.plain_tune:
+        p.error("--plain-with goes with --plain-tune")
     if args.driver:
         Path(args.result).write_text(json.dumps(drive(args)))
         return
@@ -708,6 +772,7 @@ def main():
         json.dumps(
             {
                 "plain_tune": args.plain_tune,
+                "plain_with": args.plain_with,
                 "search": args.search,
                 "scheduler": args.scheduler,
                 "store": args.store,

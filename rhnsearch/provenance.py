@@ -7,6 +7,7 @@ submitting machine's commit comes along in the job's environment (RHNSEARCH_GIT_
 RHNSEARCH_GIT_DIRTY).
 """
 
+import contextlib
 import functools
 import os
 import subprocess
@@ -17,7 +18,7 @@ from . import __version__
 
 LIBRARIES = ("torch", "ray", "mlflow", "optuna")
 COMMIT_TAG, DIRTY_TAG = "mlflow.source.git.commit", "git_dirty"
-PLACEMENT_TAGS = ("host", "node_ip", "node_id", "device", "gpu_ids")  # set per trial
+PLACEMENT_TAGS = ("host", "node_ip", "node_id", "device", "gpu_ids", "cpu")  # set per trial
 TAGS = (
     COMMIT_TAG,
     DIRTY_TAG,
@@ -52,6 +53,23 @@ def git_commit() -> tuple[str | None, bool | None]:
     if commit is None:
         return None, None
     return commit, bool(_git("status", "--porcelain", "--untracked-files=no"))
+
+
+@functools.cache
+def cpu_name() -> str:
+    """This machine's CPU model and the instruction set torch's CPU kernels dispatch to, e.g.
+    "AMD EPYC (AVX512)": the same seed and config give the same numbers on the same CPU, but
+    not bit for bit on another (its kernels sum in another order; a long training amplifies
+    that), so a run records it."""
+    import torch
+
+    model = "unknown CPU"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.partition(":")[2].strip()
+                break
+    return f"{model} ({torch.backends.cpu.get_cpu_capability()})"
 
 
 @functools.cache

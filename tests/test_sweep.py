@@ -16,6 +16,7 @@ from mlflow.tracking import MlflowClient
 from ray.tune.experiment import Trial
 
 from rhnsearch.cluster import jobs
+from rhnsearch.provenance import cpu_name
 from rhnsearch.search.scheduler import CellASHAScheduler
 from rhnsearch.search.searchers import load_study, study_names
 
@@ -94,6 +95,8 @@ def test_smoke_sweep_records_every_trial_in_mlflow(jsb_smoke):
     cells = {(r.data.params["arch"], r.data.params["depth"]) for r in runs}
     assert cells == {(a, d) for a in ("rhn", "dtrnn", "dtsrnn") for d in ("1", "2", "4", "6")}
     check_child_runs(client, runs, 24)
+    # the CPU each trained on: the same seed gives the same numbers on the same CPU only
+    assert {r.data.tags["cpu"] for r in runs} == {cpu_name()} and "(" in cpu_name()
     statuses = [r.data.tags["status"] for r in runs]
     assert statuses.count("stopped") > 0, "ASHA stopped no trial"
     summary = jsb_smoke.summary

@@ -13,6 +13,7 @@ import torch
 from ray import tune
 
 from ..data import load_dataset
+from ..provenance import cpu_name
 from ..search.trial import TrialSpec
 from ..train import Trainer, epoch_reports
 from .layout import HELD_FILE
@@ -41,7 +42,7 @@ def run_trial(config: dict, cells: dict):
 
     The last report of a trial that ends by itself carries status completed or diverged and
     its test numbers; a trial stopped by the scheduler ends on a report with status running.
-    Every report says where the trial runs (its Ray node, device and the GPUs Ray assigned)
+    Every report says where the trial runs (its Ray node, CPU, device and the GPUs Ray assigned)
     and what it has held so far: `held_seconds`, the wall time of its workers since each
     started (kept in its checkpoint, so summed across retries and resumes), and that times
     the CPUs and GPUs Ray gave it (`cpu_seconds`, `gpu_seconds`: a quarter GPU counts a
@@ -68,6 +69,7 @@ def run_trial(config: dict, cells: dict):
         "gpu_ids": ",".join(map(str, gpus)) or "none",
         "node_id": ray.get_runtime_context().get_node_id(),
         "torch_version": str(torch.__version__),
+        "cpu": cpu_name(),
     }
     for metrics in epoch_reports(trainer):
         seconds = before + time.monotonic() - started

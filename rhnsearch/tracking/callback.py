@@ -43,6 +43,7 @@ PLACEMENT_KEYS = {
     "device": "device",
     "gpu_ids": "gpu_ids",
     "torch_version": "torch_version",
+    "cpu": "cpu",
 }  # result key -> run tag: where it trained
 
 
