@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from conftest import ROOT
 
@@ -134,3 +135,58 @@ def check_drawn_settings(space, trials: pd.DataFrame):
             tuple(value(row[f"params.{n}"]) for n in names) for _, row in rows.iterrows()
         )
         assert recorded == expected, f"{label}: today's searcher draws other settings"
+
+
+def first_epochs_to_check(histories: pd.DataFrame) -> pd.DataFrame:
+    """The first epoch of one trial per architecture in HISTORIES: of its trials deeper than
+    one layer where it has any (the depth loop is what the models are about), the one whose
+    first epoch trained fastest."""
+    first = histories[histories["epoch"] == 1]
+    deep = first[first["params.depth"] > 1]
+    first = pd.concat([deep, first[~first["params.arch"].isin(deep["params.arch"])]])
+    return first.sort_values("metrics.epoch_seconds").groupby("params.arch").head(1)
+
+
+@pytest.mark.slow
+def test_each_example_trains_again_to_its_history_on_its_cpu(data_dir):
+    """Today's code trains each example's trials to the numbers its run recorded: the first
+    epoch of one trial per architecture, from the config and seed its run logged, gives the
+    recorded validation loss bit for bit, on the CPU and torch build that made the example
+    (another CPU sums in another order: results/examples/README.md). A change to what a trial
+    trains (the models, the data order, the evaluation) fails here until the examples are
+    re-made: 20-40 epochs make an 8th-digit change at epoch 1 a change in the tables."""
+    import torch
+
+    from rhnsearch.data import load_dataset
+    from rhnsearch.provenance import cpu_name
+    from rhnsearch.train import Trainer, TrialConfig
+
+    checked, skipped = [], []
+    threads = torch.get_num_threads()
+    try:
+        for path in sorted((ROOT / "results" / "examples").glob("*/histories.parquet")):
+            run = json.loads((path.parent / "run.json").read_text())
+            histories = pd.read_parquet(path)
+            if run.get("cpu") != cpu_name():
+                skipped.append(f"{path.parent.name}: made on {run.get('cpu', 'an unrecorded CPU')}")
+                continue
+            assert set(histories["torch_version"]) == {torch.__version__}, (
+                f"{path.parent.name} was made with torch {set(histories['torch_version'])}, "
+                f"this is {torch.__version__}: re-make it"
+            )
+            for _, row in first_epochs_to_check(histories).iterrows():
+                config = TrialConfig.from_dict(
+                    {k[7:]: v for k, v in row.items() if k.startswith("params.") and pd.notna(v)}
+                )
+                data = load_dataset(config.dataset, data_dir=data_dir, allow_fetch=False)
+                valid = Trainer(config, data).run_epoch()["valid_loss"]
+                assert valid == row["metrics.valid_loss"], (
+                    f"{path.parent.name}: trial {row['trial_id']} ({config.arch}, depth "
+                    f"{config.depth}) now gives {valid!r} at epoch 1, its run "
+                    f"{row['metrics.valid_loss']!r}: re-make the example"
+                )
+                checked.append((path.parent.name, config.arch, config.depth))
+    finally:
+        torch.set_num_threads(threads)
+    if not checked:
+        pytest.skip(f"no example was made on this CPU ({cpu_name()}): {'; '.join(skipped)}")
