@@ -355,11 +355,14 @@ def test_tune_writes_the_storage_in_whole_files(tmp_path):
 
 
 @pytest.mark.parametrize("where", ["directory", "bucket"])
-def test_an_experiment_state_uploaded_half_written_keeps_the_stored_one(where, tmp_path, s3_server):
+def test_an_experiment_state_uploaded_half_written_keeps_the_stored_one(
+    where, tmp_path, s3_server, jsb_smoke
+):
     """Tune rewrites its experiment state in place while its upload of the last one may still
     be reading it (seen in CI: an empty state in the storage, then a resume refused). Copied
-    as Tune copies it, an empty or half-written state leaves the stored one as it was; the
-    next whole one replaces it; any other file is stored as it comes."""
+    as Tune copies it, an empty or half-written state (a real sweep's, cut anywhere) leaves
+    the stored one as it was; the next whole one replaces it; any other file is stored as it
+    comes."""
     import pyarrow.fs as pafs
 
     from rhnsearch.cluster import storage
@@ -378,12 +381,14 @@ def test_an_experiment_state_uploaded_half_written_keeps_the_stored_one(where, t
         assert storage.read_text(storage.join(root, "progress.csv")) == text
         return storage.read_text(storage.join(root, state.name))
 
-    whole = json.dumps({"trial_data": [["{}", "{}"]] * 200})
+    sweep = jsb_smoke.cwd / "results" / "sweeps" / jsb_smoke.name
+    whole = max(sweep.glob("experiment_state-*.json")).read_text()  # as Tune wrote it
     assert upload(whole) == whole
     assert upload("") == whole
-    assert upload(whole[: len(whole) // 2]) == whole
-    newer = json.dumps({"trial_data": []})
-    assert upload(newer) == newer
+    for cut in (len(whole) // 2, whole.index('"stats"'), len(whole) - 1):
+        assert upload(whole[:cut]) == whole, whole[cut - 40 : cut]
+    newer = whole.replace('"start_time": ', '"start_time": 1')
+    assert newer != whole and upload(newer) == newer
 
 
 def test_a_saved_state_cut_short_is_refused_in_one_line(jsb_smoke, tmp_path):
