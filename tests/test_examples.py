@@ -148,7 +148,7 @@ def first_epochs_to_check(histories: pd.DataFrame) -> pd.DataFrame:
 
 
 @pytest.mark.slow
-def test_each_example_trains_again_to_its_history_on_its_cpu(data_dir):
+def test_each_example_trains_again_to_its_history_on_its_cpu(jsb, ptb_sample):
     """Today's code trains each example's trials to the numbers its run recorded: the first
     epoch of one trial per architecture, from the config and seed its run logged, gives the
     recorded validation loss bit for bit, on the CPU and torch build that made the example
@@ -157,10 +157,10 @@ def test_each_example_trains_again_to_its_history_on_its_cpu(data_dir):
     re-made: 20-40 epochs make an 8th-digit change at epoch 1 a change in the tables."""
     import torch
 
-    from rhnsearch.data import load_dataset
     from rhnsearch.provenance import cpu_name
     from rhnsearch.train import Trainer, TrialConfig
 
+    datasets = {data.name: data for data in (jsb, ptb_sample)}
     checked, skipped = [], []
     threads = torch.get_num_threads()
     try:
@@ -178,8 +178,7 @@ def test_each_example_trains_again_to_its_history_on_its_cpu(data_dir):
                 config = TrialConfig.from_dict(
                     {k[7:]: v for k, v in row.items() if k.startswith("params.") and pd.notna(v)}
                 )
-                data = load_dataset(config.dataset, data_dir=data_dir, allow_fetch=False)
-                valid = Trainer(config, data).run_epoch()["valid_loss"]
+                valid = Trainer(config, datasets[config.dataset]).run_epoch()["valid_loss"]
                 assert valid == row["metrics.valid_loss"], (
                     f"{path.parent.name}: trial {row['trial_id']} ({config.arch}, depth "
                     f"{config.depth}) now gives {valid!r} at epoch 1, its run "

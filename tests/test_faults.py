@@ -366,6 +366,7 @@ def test_an_experiment_state_uploaded_half_written_keeps_the_stored_one(
     import pyarrow.fs as pafs
 
     from rhnsearch.cluster import storage
+    from rhnsearch.compat.ray import newest_experiment_state
 
     root = str(tmp_path / "storage") if where == "directory" else s3_server.uri(s3_server.bucket())
     filesystem, path = storage.split(root)
@@ -382,7 +383,8 @@ def test_an_experiment_state_uploaded_half_written_keeps_the_stored_one(
         return storage.read_text(storage.join(root, state.name))
 
     sweep = jsb_smoke.cwd / "results" / "sweeps" / jsb_smoke.name
-    whole = max(sweep.glob("experiment_state-*.json")).read_text()  # as Tune wrote it
+    newest = newest_experiment_state([p.name for p in sweep.iterdir()])
+    whole = (sweep / newest).read_text()  # as Tune wrote it
     assert upload(whole) == whole
     assert upload("") == whole
     for cut in (len(whole) // 2, whole.index('"stats"'), len(whole) - 1):
