@@ -18,7 +18,6 @@ from . import require
 
 SUPPORTED = ">=2.60,<2.61"
 EXPERIMENT_STATE = r"experiment_state-.*\.json"  # one per driver session; resume reads the newest
-EXPERIMENT_STATE_END = rb'"stats": \{"start_time": [-+.0-9eE]+\}\}\s*\Z'  # written last
 CHECKPOINT = r"checkpoint_\d{6}"  # a trial's checkpoint folder, numbered from 0
 
 
@@ -30,15 +29,6 @@ def is_experiment_state(name: str) -> bool:
     """Whether the file `name` is Tune's saved experiment state (rewritten in place)."""
     _check("Tune's file names")
     return re.fullmatch(EXPERIMENT_STATE, name) is not None
-
-
-def ends_experiment_state(tail: bytes) -> bool:
-    """Whether TAIL, the last bytes of a file of Tune's experiment state, ends a whole one:
-    Tune's `save_to_dir` writes the state's `stats` last, and nothing before them reads so
-    (each trial's state is a JSON string; the controller's has no `stats`), so a file cut
-    short does not end so. Its cost does not grow with the state, as parsing it would."""
-    _check("the layout of Tune's experiment state")
-    return re.search(EXPERIMENT_STATE_END, tail) is not None
 
 
 def newest_experiment_state(names: list[str]) -> str | None:
