@@ -360,9 +360,9 @@ def test_an_experiment_state_uploaded_half_written_keeps_the_stored_one(
 ):
     """Tune rewrites its experiment state in place while its upload of the last one may still
     be reading it (seen in CI: an empty state in the storage, then a resume refused). Copied
-    as Tune copies it, an empty or half-written state (a real sweep's, cut anywhere) leaves
-    the stored one as it was; the next whole one replaces it; any other file is stored as it
-    comes."""
+    as Tune copies it, an empty or half-written state (a real sweep's, cut anywhere), or a
+    whole one followed by the next one's tail, leaves the stored one as it was; the next
+    whole one replaces it; any other file is stored as it comes."""
     import pyarrow.fs as pafs
 
     from rhnsearch.cluster import storage
@@ -389,6 +389,9 @@ def test_an_experiment_state_uploaded_half_written_keeps_the_stored_one(
     assert upload("") == whole
     for cut in (len(whole) // 2, whole.index('"stats"'), len(whole) - 1):
         assert upload(whole[:cut]) == whole, whole[cut - 40 : cut]
+    first_trial = json.dumps(json.loads(whole)["trial_data"][0])
+    longer = whole.replace('"trial_data": [', f'"trial_data": [{first_trial}, ', 1)
+    assert upload(whole + longer[len(whole) :]) == whole  # read on across a rewrite (seen in CI)
     newer = whole.replace('"start_time": ', '"start_time": 1')
     assert newer != whole and upload(newer) == newer
 

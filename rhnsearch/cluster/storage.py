@@ -11,7 +11,6 @@ directory markers are written (see ObjectStore).
 """
 
 import io
-import json
 import logging
 import os
 import re
@@ -225,14 +224,18 @@ class Delegate(pafs.FileSystemHandler):
         return self.fs.open_input_file(path)
 
     def open_output_stream(self, path, metadata):
-        """Tune's experiment state is stored only if it parses. Tune rewrites that file in
-        place (truncated, then written) while its upload of the previous one may still be
-        reading it, so an upload can carry an empty or half file; stored, a driver killed
-        before the next upload would leave a sweep that cannot be resumed. Dropped, the last
-        whole one stays until the next upload, a few seconds later. (Tune writes every other
-        file it uploads under a temporary name first.)"""
+        """Tune's experiment state is stored only if it is one whole state. Tune rewrites that
+        file in place (truncated, then written) while its upload of the previous one may still
+        be reading it, so an upload can carry an empty or half file, or a whole one with the
+        next one's tail; stored, a driver killed before the next upload would leave a sweep
+        that cannot be resumed. Dropped, the last whole one stays until the next upload, a few
+        seconds later. The check searches the bytes without parsing them: a parse on the
+        upload's thread kept memory that grows with the state (docs/scale.md). (Tune writes
+        every other file it uploads under a temporary name first.)"""
         if ray_compat.is_experiment_state(path.rsplit("/", 1)[-1]):
-            return pa.PythonFile(_StoredIfJson(lambda: self.output(path, metadata), path), mode="w")
+            return pa.PythonFile(
+                _StoredIfWhole(lambda: self.output(path, metadata), path), mode="w"
+            )
         return self.output(path, metadata)
 
     def output(self, path, metadata):
@@ -302,24 +305,23 @@ def remove_leftovers(location: str):
                 path.unlink()
 
 
-class _StoredIfJson(io.BytesIO):
+class _StoredIfWhole(io.BytesIO):
     def __init__(self, output, path: str):
         super().__init__()
         self.output, self.path = output, path
 
     def close(self):
         if not self.closed:
-            data = self.getvalue()
+            with self.getbuffer() as data:
+                if ray_compat.is_whole_experiment_state(data):
+                    with self.output() as stream:
+                        stream.write(data)
+                else:
+                    log.debug(
+                        "storage: kept the stored %s (the upload read it half written)",
+                        self.path,
+                    )
             super().close()
-            try:
-                json.loads(data)
-            except ValueError:
-                log.debug(
-                    "storage: kept the stored %s (the upload read it half written)", self.path
-                )
-                return
-            with self.output() as stream:
-                stream.write(data)
 
 
 class _RenamedWhenClosed(io.FileIO):

@@ -18,6 +18,7 @@ from . import require
 
 SUPPORTED = ">=2.60,<2.61"
 EXPERIMENT_STATE = r"experiment_state-.*\.json"  # one per driver session; resume reads the newest
+EXPERIMENT_STATE_END = rb'"stats": \{"start_time": [-+.0-9eE]+\}\}'  # save_to_dir writes it last
 CHECKPOINT = r"checkpoint_\d{6}"  # a trial's checkpoint folder, numbered from 0
 
 
@@ -29,6 +30,19 @@ def is_experiment_state(name: str) -> bool:
     """Whether the file `name` is Tune's saved experiment state (rewritten in place)."""
     _check("Tune's file names")
     return re.fullmatch(EXPERIMENT_STATE, name) is not None
+
+
+def is_whole_experiment_state(data) -> bool:
+    """Whether `data` (bytes or a buffer), a copy of Tune's experiment state, holds one whole
+    state. Tune's `save_to_dir` writes the state's `stats` last, and nothing before them reads
+    so (each trial's state is a JSON string; the controller's has no `stats`). A copy cut short
+    does not end with them; a copy that read on across a rewrite (a whole state, then the tail
+    of the next, longer one) holds them twice. The bytes are searched, not decoded or parsed,
+    so the check keeps no memory as the state grows (docs/scale.md). A copy spliced inside the
+    state (the start of one, the rest of the next) can pass, as it could pass a parse."""
+    _check("the layout of Tune's experiment state")
+    ends = [match.end() for match in re.finditer(EXPERIMENT_STATE_END, data)]
+    return len(ends) == 1 and not bytes(data[ends[0] :]).strip()
 
 
 def newest_experiment_state(names: list[str]) -> str | None:
