@@ -260,7 +260,7 @@ def drive(args) -> dict:
         logging_level=logging.WARNING,
         _temp_dir=args.ray_dir,
     )
-    function, tuners = simulated(read_curves(args.histories, args.epochs), args.epoch_ms), []
+    function, taken = simulated(read_curves(args.histories, args.epochs), args.epoch_ms), {}
     marks = {}  # phase -> (wall, CPU seconds, peak RSS MB) when it began
     memory = {}  # phase -> (RSS MB, after malloc_trim, Python's heap MB, its snapshot) at its start
     if args.trace_memory:
@@ -282,8 +282,18 @@ def drive(args) -> dict:
 
     def build_tuner(space, record):  # run_sweep's Tuner, its trials simulated
         mark("trials")
-        tuners.append(real_build_tuner(space, record, function=function))
-        return tuners[-1]
+        tuner = real_build_tuner(space, record, function=function)
+        fit = tuner.fit
+
+        def fit_and_count():  # the last epoch of each trial, not the Tuner: the sweep lets
+            results = fit()  # it go before its close
+            taken.update(
+                {r.metrics["trial_id"]: r.metrics.get("epoch", 0) for r in results if r.metrics}
+            )
+            return results
+
+        tuner.fit = fit_and_count
+        return tuner
 
     def close_sweep(*args, **options):
         mark("close")
@@ -314,8 +324,6 @@ def drive(args) -> dict:
             storage_path=args.root,
         )
         mark("end")
-        results = tuners[0].get_results()
-        taken = {r.metrics["trial_id"]: r.metrics.get("epoch", 0) for r in results if r.metrics}
     finally:
         ray.shutdown()
     return phased(marks, memory, summary, taken)

@@ -22,7 +22,9 @@ log = logging.getLogger(__name__)
 HOURS = ("cpu_hours", "gpu_hours")  # device-hours the trials held, from their *_seconds
 
 
-def close_sweep(record: SweepRecord, results, *, trials_seconds: float, started: float) -> dict:
+def close_sweep(
+    record: SweepRecord, checkpoints: dict, *, trials_seconds: float, started: float
+) -> dict:
     """Close the sweep once Tune is done and MLflow has every record: drop the runs a killed
     driver lost, read the summary back from MLflow and, when every trial has ended, keep the
     best model and log the totals, the histories, the plots and the report on the parent run,
@@ -30,7 +32,8 @@ def close_sweep(record: SweepRecord, results, *, trials_seconds: float, started:
 
     Args:
         record: The sweep.
-        results: Tune's ResultGrid (the best trial's checkpoint is read from it).
+        checkpoints: Each trial's latest Tune Checkpoint (or None) by trial id: the best
+            trial's is read.
         trials_seconds: How long the trials took.
         started: `time.monotonic()` when the trials started (for the wall time).
     """
@@ -58,7 +61,7 @@ def close_sweep(record: SweepRecord, results, *, trials_seconds: float, started:
         parent = record.parent_run_id
         if summary["best"]:
             if record.space.get("keep_model") == "best":
-                keep_best_model(client, results, summary["best"], record)
+                keep_best_model(client, checkpoints, summary["best"], record)
             client.set_tag(parent, "best_run_id", summary["best"]["run_id"])
         now = int(time.time() * 1000)
         per_cell = [
@@ -166,25 +169,25 @@ def summarize(runs: list, long, name: str) -> dict:
     }
 
 
-def keep_best_model(client: MlflowClient, results, best: dict, record: SweepRecord):
-    """Log the best trial's config and best-valid weights as the MLflow model of its run, and
-    register it as a new version of the space's register_model, if it names one."""
+def keep_best_model(client: MlflowClient, checkpoints: dict, best: dict, record: SweepRecord):
+    """Log the best trial's config and best-valid weights (from its latest checkpoint, in
+    CHECKPOINTS by trial id) as the MLflow model of its run, and register it as a new version
+    of the space's register_model, if it names one."""
     import torch
 
     from ..analysis.mlflow_model import keep_model
 
-    for result in results:
-        if result.metrics.get("trial_id") != best["trial_id"] or result.checkpoint is None:
-            continue
-        with result.checkpoint.as_directory() as ckpt:
-            saved = torch.load(Path(ckpt) / CHECKPOINT_FILE, weights_only=True)
-        keep_model(
-            client,
-            best["run_id"],
-            saved["config"],
-            saved["best_state"] or saved["model"],
-            record.data_dir,
-            record.space.get("register_model"),
-            {"study": record.space["study"], "sweep": record.name},
-        )
+    checkpoint = checkpoints.get(best["trial_id"])
+    if checkpoint is None:
         return
+    with checkpoint.as_directory() as ckpt:
+        saved = torch.load(Path(ckpt) / CHECKPOINT_FILE, weights_only=True)
+    keep_model(
+        client,
+        best["run_id"],
+        saved["config"],
+        saved["best_state"] or saved["model"],
+        record.data_dir,
+        record.space.get("register_model"),
+        {"study": record.space["study"], "sweep": record.name},
+    )

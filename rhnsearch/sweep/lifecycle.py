@@ -9,6 +9,7 @@ and docs/architecture.md draws a sweep's life over them.
 """
 
 import errno
+import gc
 import importlib
 import logging
 import os
@@ -372,15 +373,17 @@ def resume_sweep(name: str, *, address: str | None = None, storage_path: str | N
     storage.remove_leftovers(round_dir)
     start_ray(address, space.cell_modules)
     repair_checkpoint_names(round_dir)
-    tuner = tune.Tuner.restore(
-        path,
-        trainable(space, record.cells),
-        resume_unfinished=True,
-        resume_errored=True,
-        storage_filesystem=filesystem,
-    )
     mark_resumed(record)
-    return finish(tuner, record)
+    return finish(
+        tune.Tuner.restore(
+            path,
+            trainable(space, record.cells),
+            resume_unfinished=True,
+            resume_errored=True,
+            storage_filesystem=filesystem,
+        ),
+        record,
+    )
 
 
 def mark_resumed(record: SweepRecord):
@@ -551,11 +554,16 @@ def chosen_confirmation(
 
 def finish(tuner, record: SweepRecord) -> dict:
     """Run the Tuner, wait until MLflow has every record, then close the sweep (`close_sweep`);
-    returns its summary, read back from MLflow."""
+    returns its summary, read back from MLflow. The Tuner is let go before the close (pass it
+    without keeping it): it holds every trial Tune ran, which the close does not need and
+    which, kept, the close's reading would add to (docs/scale.md)."""
     wait = drain_seconds()
     start = time.monotonic()
     ray_compat.quiet_result_grid()  # Tune's file loggers are off (start_ray)
     results = tuner.fit()
+    checkpoints = {r.metrics["trial_id"]: r.checkpoint for r in results if r.metrics}
+    del tuner, results
+    gc.collect()  # Tune's trials hold cycles
     storage.LATER.wait()  # the scheduler's state and the checkpoints' pruning
     trials_seconds = time.monotonic() - start
     sender = sender_for(record.parent_run)
@@ -567,4 +575,4 @@ def finish(tuner, record: SweepRecord) -> dict:
             f"{kept}; when it is back, `rhnsearch sweep resume {record.name}` "
             "sends them and closes the sweep"
         )
-    return close_sweep(record, results, trials_seconds=trials_seconds, started=start)
+    return close_sweep(record, checkpoints, trials_seconds=trials_seconds, started=start)
