@@ -17,12 +17,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-PANELS = [  # (title, [(key, line label)])
-    ("driver CPU per trial-epoch (ms)", [("driver_cpu_ms_per_trial_epoch", "")]),
-    ("driver peak RSS (MB)", [("driver_peak_rss_mb", "")]),
+PANELS = [  # (title, [(key, line label, line style)]): a series' colour, a command's style
+    ("driver CPU per trial-epoch (ms)", [("driver_cpu_ms_per_trial_epoch", "", "-")]),
+    ("driver peak RSS (MB)", [("driver_peak_rss_mb", "", "-")]),
     (
         "results commands on the finished sweep (s)",
-        [("report_s", "report"), ("export_s", "export"), ("table_s", "table")],
+        [("report_s", "report", "-"), ("export_s", "export", "--"), ("table_s", "table", ":")],
     ),
 ]
 
@@ -44,16 +44,23 @@ def main():
     p.add_argument("--out", type=Path, default=Path("docs/scale.png"))
     args = p.parse_args()
     series = [read_series(spec) for spec in args.series]
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(5 * len(PANELS), 4))
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(5 * len(PANELS), 5.5))
     for ax, (title, keys) in zip(axes, PANELS):
-        for label, sizes, _ in series:
+        for colour, (label, sizes, _) in enumerate(series):
             trials = [s["trials"] for s in sizes]
-            for key, name in keys:
-                ax.plot(trials, [s[key] for s in sizes], "o-", label=f"{label} {name}".strip())
+            for key, name, style in keys:
+                ax.plot(
+                    trials,
+                    [s[key] for s in sizes],
+                    marker="o",
+                    linestyle=style,
+                    color=f"C{colour}",
+                    label=f"{label} {name}".strip(),
+                )
         ax.set(xscale="log", xlabel="trials", title=title)
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.15))
     fig.suptitle(f"benchmarks/scale.py: {series[0][2]}")
     fig.tight_layout()
     fig.savefig(args.out, dpi=110)
