@@ -1,16 +1,21 @@
-"""The sweep's searchers without Ray: the order and settings of the random search per cell, the
-rounds of `sweep extend`, and an Optuna study per cell with each sampler, fed real values."""
+"""The sweep's searchers without a Ray cluster: the order and settings of the random search per
+cell, the rounds of `sweep extend`, an Optuna study per cell with each sampler, fed real
+values, and their saved states made to agree with Tune's saved trials before a resume."""
 
 import math
+import os
 
 import optuna
 import pytest
+from ray.tune.search import ConcurrencyLimiter, SearchGenerator
 
+from rhnsearch.compat import ray as ray_compat
 from rhnsearch.search.searchers import (
     CellSearcher,
     build_searcher,
     load_study,
     round_slots,
+    saved_for,
     study_names,
 )
 from rhnsearch.search.space import load_space
@@ -60,6 +65,38 @@ def test_more_seeds_run_the_same_settings_with_the_next_seeds():
     assert [c["seed"] for c in more] == [12] * 8
     assert [c["lr"] for c in more] == [c["lr"] for c in first[::2]]
     assert len({c["lr"] for c in first}) == 8
+
+
+@pytest.mark.parametrize("saved", [4, 6])
+def test_saved_search_states_made_to_count_the_trials_tune_saved(saved, tmp_path):
+    """A driver killed between the uploads of its saved states: the search states count 5
+    trials, Tune's experiment state `saved`. Made to agree, the restored search asks for
+    slot `saved` next (a trial Tune lacks is asked for again, one it has is not asked twice),
+    and the concurrency limiter holds only the live trials Tune has."""
+    space, cells = space_and_cells("samples=4")
+
+    def generator() -> SearchGenerator:
+        searcher = CellSearcher(space, cells, {}, round_slots(4, 1))
+        return SearchGenerator(ConcurrencyLimiter(searcher, max_concurrent=8))
+
+    whole = suggestions(CellSearcher(space, cells, {}, round_slots(4, 1)))
+    killed = generator()
+    asked, ids = [f"t{i}" for i in range(5)], [f"t{i}" for i in range(saved)]
+    for trial_id in asked:
+        killed.searcher.suggest(trial_id)
+    killed.set_state({"counter": 5, "total_samples": 16, "finished": False, "experiment": None})
+    killed.save_to_dir(str(tmp_path), "s")
+    search, searcher = ray_compat.newest_search_states(os.listdir(tmp_path))
+    for name, align in [(search, ray_compat.search_state_for), (searcher, saved_for)]:
+        aligned = align((tmp_path / name).read_bytes(), set(ids))
+        (tmp_path / name).write_bytes(aligned)
+        assert align(aligned, set(ids)) is None  # agrees now
+    resumed = generator()
+    resumed.restore_from_dir(str(tmp_path))
+    assert resumed.get_state()["counter"] == saved
+    assert resumed.searcher.live_trials == set(asked) & set(ids)
+    assert resumed.searcher.num_unfinished_live_trials == min(saved, 5)
+    assert resumed.searcher.suggest("next") == whole[saved]
 
 
 @pytest.mark.parametrize("sampler", ["tpe", "gp", "cmaes"])

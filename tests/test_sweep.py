@@ -551,16 +551,28 @@ def finished_trials(experiment: Path) -> dict[str, list]:
     }
 
 
+def forget_newest_trial(round_dir: Path) -> str:
+    """Store the experiment state Tune saved before it made its newest trial, beside the
+    searcher's states that count that trial, as a driver killed between their uploads leaves
+    them (the storage takes them file by file). Returns the trial's id."""
+    path = max(round_dir.glob("experiment_state-*.json"))
+    state = json.loads(path.read_text())
+    info = state["trial_data"].pop()[0]
+    path.write_text(json.dumps(state))
+    return json.loads(info)["trial_id"]
+
+
 def test_optuna_sweep_has_a_study_per_cell_resumed_and_extended(tmp_path, data_dir, sweeps):
     """`--search optuna` gives each (arch, depth) cell its own study in the sweep's journal,
     SWEEP/CELL; a setting the cell's arch does not read is not sampled (no t_bias for
     DT-RNN); trials run as many at once as the slots allow (here 4: half a CPU each on 2).
     Killed after some trials and resumed, every study holds the trials of both halves (the
-    first half's with the values they had). `sweep extend --samples 4` then adds a setting to
-    every cell's study, under the same parent run, none run twice. (A study records a trial
-    at once, Tune saves its state on its own period: a trial that ended after Tune's last
-    save is in its study, and the resumed sweep, which does not know it, asks its study for a
-    setting again.)"""
+    first half's with the values they had); the resume runs every trial also where the
+    experiment state stored is older than the searcher's states. `sweep extend --samples 4`
+    then adds a setting to every cell's study, under the same parent run, none run twice. (A
+    study records a trial at once, Tune saves its state on its own period: a trial that ended
+    after Tune's last save is in its study, and the resumed sweep, which does not know it, asks
+    its study for a setting again.)"""
     sweep = sweeps(
         tmp_path,
         "tpe",
@@ -593,19 +605,22 @@ def test_optuna_sweep_has_a_study_per_cell_resumed_and_extended(tmp_path, data_d
     sweep.stop()
     before = finished_trials(experiment)
     assert sum(map(len, before.values())) < 12, "every trial had finished before the kill"
+    forgotten = forget_newest_trial(experiment)
     proc = rhnsearch_cli("sweep", "resume", "tpe", "--json", cwd=tmp_path)
     assert json_summary(proc)["complete"]
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("jsb_optimization")
     runs = client.search_runs([exp.experiment_id], "tags.kind = 'trial'")
     check_child_runs(client, runs, 12)
+    assert forgotten not in {r.data.tags["trial_id"] for r in runs}  # its slot asked again
     cells = {r.data.params["cell"] for r in runs}
     assert sorted(study_names(str(experiment))) == sorted(f"tpe/{c}" for c in cells)
     after = finished_trials(experiment)
     for name, trials in before.items():
+        numbered = {t.number: t for t in after[name]}
         for trial in trials:
-            assert after[name][trial.number].params == trial.params
-            assert after[name][trial.number].value == trial.value
+            assert numbered[trial.number].params == trial.params
+            assert numbered[trial.number].value == trial.value
     for name, trials in after.items():
         assert len(trials) >= 3 and {t.state.name for t in trials} == {"COMPLETE"}
         assert ("t_bias" in trials[0].params) == ("/rhn" in name), name

@@ -85,12 +85,17 @@ def read_text(location: str) -> str | None:
 
 
 def write_text(location: str, text: str):
+    """Write the whole file at once (write_bytes)."""
+    write_bytes(location, text.encode())
+
+
+def write_bytes(location: str, data: bytes):
     """Write the whole file at once: on a filesystem through a temporary file renamed over
     it, on an object store as one object (whole or not at all, either way)."""
     fs, path = split(location)
     fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
     with fs.open_output_stream(path) as stream:
-        stream.write(text.encode())
+        stream.write(data)
 
 
 def delete_file(location: str):

@@ -19,6 +19,8 @@ from . import require
 SUPPORTED = ">=2.60,<2.61"
 EXPERIMENT_STATE = r"experiment_state-.*\.json"  # one per driver session; resume reads the newest
 EXPERIMENT_STATE_END = rb'"stats": \{"start_time": [-+.0-9eE]+\}\}'  # save_to_dir writes it last
+SEARCH_STATE = r"search_gen_state-.*\.json"  # the search generator's and its wrappers'
+SEARCHER_STATE = r"searcher-state-.*\.pkl"  # the searcher's own `save`
 CHECKPOINT = r"checkpoint_\d{6}"  # a trial's checkpoint folder, numbered from 0
 
 
@@ -59,11 +61,41 @@ def newest_saved_states(names: list[str]) -> list[tuple[str, object]]:
 
     kinds = {
         EXPERIMENT_STATE: json.loads,
-        r"(basic-variant-state|search_gen_state)-.*\.json": cloudpickle.loads,
-        r"searcher-state-.*\.pkl": pickle.loads,
+        r"basic-variant-state-.*\.json": cloudpickle.loads,
+        SEARCH_STATE: cloudpickle.loads,
+        SEARCHER_STATE: pickle.loads,
     }
     found = [(_newest(names, pattern), load) for pattern, load in kinds.items()]
     return [(name, load) for name, load in found if name is not None]
+
+
+def newest_search_states(names: list[str]) -> tuple[str | None, str | None]:
+    """The newest saved state of Tune's search generator and of the searcher it wraps, among
+    the file names `names` (None for one not there)."""
+    return _newest(names, SEARCH_STATE), _newest(names, SEARCHER_STATE)
+
+
+def search_state_for(data: bytes, trial_ids: set[str]) -> bytes | None:
+    """Tune's saved search-generator state `data` made to have made the trials `trial_ids`
+    and no others: its count of the trials made (not finished, where that count falls) and
+    its concurrency limiter's live trials. None where it had made them already."""
+    from ray import cloudpickle
+
+    _check("Tune's saved search state")
+    state = cloudpickle.loads(data)
+    limiter = state.get("name:ConcurrencyLimiter", {"live_trials": set()})
+    unknown = limiter["live_trials"] - trial_ids
+    if state["counter"] == len(trial_ids) and not unknown:
+        return None
+    if state["counter"] > len(trial_ids):
+        state["finished"] = False
+    state["counter"] = len(trial_ids)
+    if unknown:
+        limiter["live_trials"] -= unknown
+        limiter["num_unfinished_live_trials"] = max(
+            0, limiter["num_unfinished_live_trials"] - len(unknown)
+        )
+    return cloudpickle.dumps(state)
 
 
 def _newest(names: list[str], pattern: str) -> str | None:

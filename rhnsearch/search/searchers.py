@@ -180,6 +180,22 @@ class CellStudies(CellSearcher):
         return {"next": self.next, "asked": self.asked}  # (which Optuna trial each Tune trial is)
 
 
+def saved_for(data: bytes, trial_ids: set[str]) -> bytes | None:
+    """The saved state `data` of a searcher here (`save`) made to have asked for the trials
+    `trial_ids` of its round and no others, the first len(trial_ids) it asked for: it asks
+    for the slots after them again, and forgets a trial it asked for that is not among them
+    (whose Optuna trial stays RUNNING in its study). None where it had asked for them
+    already."""
+    state = pickle.loads(data)
+    asked = state.get("asked", {})
+    if state["next"] == len(trial_ids) and asked.keys() <= trial_ids:
+        return None
+    state["next"] = len(trial_ids)
+    if "asked" in state:
+        state["asked"] = {t: cell for t, cell in asked.items() if t in trial_ids}
+    return pickle.dumps(state)
+
+
 class ConfirmSearcher(Searcher):
     """Tune searcher of a confirmation round (`sweep confirm`): each confirmed setting with each
     new seed, for the space's full epochs, the first seed of every setting first. Saved like

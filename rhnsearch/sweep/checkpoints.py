@@ -12,6 +12,12 @@ logged its result, so the trial goes on from an epoch that MLflow has (a later c
 hold an epoch whose result the killed driver never saw); from its last epoch's, it reports that
 epoch again and ends (train.epoch_reports).
 
+Tune saves its experiment state and the searcher's states together, but the storage takes them
+file by file (and refuses an experiment state cut short), so a driver killed in between can
+leave the searcher's counting trials the experiment state lacks: the resume would not ask for
+them again, and the round would end short of them. Before resuming, the searcher's states are
+made to count the experiment state's trials (`align_search_states`).
+
 This reads Tune's saved state, whose layout is Tune's own (compat/ray.py): if it is not what is
 expected here, a warning says so and the resume goes on without the repair.
 """
@@ -24,6 +30,7 @@ from ray.tune import Callback
 from ..cluster import storage
 from ..compat import ray as ray_compat
 from ..errors import UserError
+from ..search.searchers import saved_for
 from ..train import CHECKPOINT_FILE
 
 log = logging.getLogger(__name__)
@@ -139,3 +146,35 @@ def repair_checkpoint_names(round_dir: str):
                 newer[0],
                 name,
             )
+
+
+def align_search_states(round_dir: str):
+    """Make Tune's saved search state and the searcher's count the trials of Tune's saved
+    experiment state, no more and no fewer: the slots after them are asked for again."""
+    state = saved_state(round_dir)
+    if state is None:
+        return
+    search, searcher = ray_compat.newest_search_states(storage.listdir(round_dir))
+    try:
+        trial_ids = ray_compat.saved_trial_ids(state)
+        for name, align in [(search, ray_compat.search_state_for), (searcher, saved_for)]:
+            if name is None:
+                continue
+            location = storage.join(round_dir, name)
+            aligned = align(storage.read_bytes(location), trial_ids)
+            if aligned is not None:
+                storage.write_bytes(location, aligned)
+                log.warning(
+                    "%s counted other trials than Tune's saved experiment state (%d): "
+                    "made to count those, so that the resume asks for the rest",
+                    name,
+                    len(trial_ids),
+                )
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        log.warning(
+            "Tune's saved search state in %s is not laid out as this version of rhnsearch "
+            "expects (%s: %s); resuming without checking it",
+            round_dir,
+            type(exc).__name__,
+            exc,
+        )

@@ -51,6 +51,7 @@ from ..tracking.uris import (
 )
 from .checkpoints import (
     KeepNewestCheckpoint,
+    align_search_states,
     check_saved_state,
     repair_checkpoint_names,
 )
@@ -373,6 +374,7 @@ def resume_sweep(name: str, *, address: str | None = None, storage_path: str | N
     storage.remove_leftovers(round_dir)
     start_ray(address, space.cell_modules)
     repair_checkpoint_names(round_dir)
+    align_search_states(round_dir)
     mark_resumed(record)
     return finish(
         tune.Tuner.restore(
