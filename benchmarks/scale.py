@@ -35,7 +35,7 @@ size as it finishes, then one JSON line.
     python benchmarks/scale.py [--trials 500 2000 10000] [--search random|optuna]
         [--scheduler cell_asha|asha] [--store sqlite|postgres] [--storage dir|bucket]
         [--slots 64] [--epochs 40] [--epoch-ms 5] [--histories FILE.parquet |
-        --synthetic-curves] [--keep DIR] [--trace-memory]
+        --synthetic-curves] [--keep DIR] [--trace-memory] [--memray DIR]
         [--plain-tune [--plain-with storage|limit|searcher ...]]
 
 --plain-tune runs the same trials in plain Tune instead, for the driver's cost that is Tune's
@@ -45,6 +45,8 @@ it (`plain_tune`), to tell which of them grows.
 --keep keeps each size's store and storage for a look afterwards; --trace-memory traces the
 driver's Python allocations (slower: not for timing) and prints, per phase, its RSS and Python
 heap at the phase's start and end and the source lines whose live allocations grew the most.
+--memray runs each driver under memray (`pip install memray`), native stacks included, for
+what holds the memory that tracemalloc does not see (`memray flamegraph DIR/TRIALS.bin`).
 
 `--store postgres` needs Debian's PostgreSQL and root (tests/lab_services.py), `--storage
 bucket` moto's server (the `test` extra). Run it on an otherwise idle machine: the trials
@@ -453,6 +455,10 @@ def run_driver(args, trials: int, work: Path, uri: str, root: str, env: dict) ->
     removed afterwards and any process of that Ray still alive killed, by its pid."""
     ray_dir, result = RAY_TEMP / f"{os.getpid()}-{trials}", work / "driver.json"
     command = [sys.executable, __file__, "--driver", "--uri", uri, "--root", root]
+    if args.memray:
+        args.memray.mkdir(parents=True, exist_ok=True)
+        capture = args.memray / f"{trials}.bin"
+        command[1:1] = ["-m", "memray", "run", "--native", "--force", "-o", str(capture)]
     command += ["--ray-dir", str(ray_dir), "--result", str(result), "--trials", str(trials)]
     command += ["--search", args.search, "--scheduler", args.scheduler]
     command += ["--slots", str(args.slots), "--epochs", str(args.epochs)]
@@ -726,6 +732,11 @@ def main():
         "--trace-memory",
         action="store_true",
         help="trace the driver's Python allocations (slower): the lines that grew in each phase",
+    )
+    p.add_argument(
+        "--memray",
+        type=Path,
+        help="run each driver under memray with native stacks (slower): MEMRAY/TRIALS.bin",
     )
     for hidden in ("--uri", "--root", "--ray-dir", "--result"):
         p.add_argument(hidden, help=argparse.SUPPRESS)
