@@ -6,8 +6,8 @@ The JSB study's `cpu` preset (12 cells: 3 archs x 4 depths, ASHA within each cel
 epochs 2, 6 and 18) with --trials / 12 settings a cell (rounded down) and --epochs epochs at
 most, run by `lifecycle.run_sweep` in a fresh process on a local Ray of --slots logical CPUs
 (one a trial, no GPU), its trials the simulated trainable below instead of `run_trial`: the
-benchmark hands it to run_sweep's `build_tuner` (the trainable's one parameter there), and
-marks the phases where run_sweep builds the Tuner and closes the sweep. A simulated trial
+benchmark puts it in the sweep's trainable (`lifecycle.trainable`), and marks the phases where
+run_sweep builds the Tuner (resume_sweep restores it) and closes the sweep. A simulated trial
 follows the real reporting protocol (`sweep/trainable.py`, `train.epoch_reports`): each epoch
 it sleeps --epoch-ms, reports the metrics a real JSB trial reports (placement and held seconds
 included) with a checkpoint as the real one writes it (`trainer.pt`, here a tiny zip with its
@@ -36,15 +36,19 @@ size as it finishes, then one JSON line.
         [--scheduler cell_asha|asha] [--store sqlite|postgres] [--storage dir|bucket]
         [--slots 64] [--epochs 40] [--epoch-ms 5] [--histories FILE.parquet |
         --synthetic-curves] [--keep DIR] [--trace-memory] [--memray DIR]
-        [--plain-tune [--plain-with storage|limit|searcher ...]]
+        [--plain-tune [--plain-with storage|limit|searcher ...]] [--kill-at K]
 
 --plain-tune runs the same trials in plain Tune instead, for the driver's cost that is Tune's
 own: the same simulated trials and cells, Tune's random search and its ASHA at the same rungs,
 no MLflow and no callback (--storage dir). --plain-with adds pieces of the sweep's driver to
 it (`plain_tune`), to tell which of them grows.
---keep keeps each size's store and storage for a look afterwards; --trace-memory traces the
-driver's Python allocations (slower: not for timing) and prints, per phase, its RSS and Python
-heap at the phase's start and end and the source lines whose live allocations grew the most.
+--kill-at K SIGKILLs the driver once K trials have ended and resumes the sweep (`sweep resume`'s
+code, the trials simulated as before) in a fresh process: the row is the resume's, with the
+seconds from its start to its first trial's, and the records lost and settings run twice
+over both drivers. --keep keeps each size's store and storage for a look afterwards;
+--trace-memory traces the driver's Python allocations (slower: not for timing) and prints, per
+phase, its RSS and Python heap at the phase's start and end and the source lines whose live
+allocations grew the most.
 --memray runs each driver under memray (`pip install memray`), native stacks included, for
 what holds the memory that tracemalloc does not see (`memray flamegraph DIR/TRIALS.bin`).
 
@@ -63,6 +67,7 @@ import resource
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -70,7 +75,7 @@ import time
 import tracemalloc
 import zipfile
 import zlib
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import ExitStack, closing, contextmanager, suppress
 from pathlib import Path
 
 import numpy as np
@@ -87,6 +92,7 @@ EXPERIMENT, NAME = "scale", "scale"
 REPLAYED = ("train_loss", "valid_loss", "grad_norm", "steps_per_sec")  # a curve's, each epoch
 ENDING = ("test_loss", "best_train_loss")  # a curve's, on its last row
 RAY_TEMP = Path("/tmp/scale-ray")
+STARTS = "starts.txt"  # beside the driver's answer: the wall-clock time of each trial's start
 BUCKET = "sweeps"
 AWS = {
     "AWS_ACCESS_KEY_ID": "bench",
@@ -165,14 +171,17 @@ def pick_curve(curves: dict, label: str, cell: dict, seed: int) -> dict:
 # -- the simulated trainable -----------------------------------------------------------------
 
 
-def simulated(curves: dict, epoch_ms: float):
+def simulated(curves: dict, epoch_ms: float, starts: Path):
     """The trial function the sweep's Tuner runs in place of `run_trial` (CONFIG, CELLS as it
-    takes them): its cell and seed's curve replayed, reported as a real trial reports."""
+    takes them): its cell and seed's curve replayed, reported as a real trial reports. Each
+    start (a restored trial's too) appends its wall-clock time to STARTS."""
 
     def trial(config: dict, cells: dict):
         import ray
         from ray import tune
 
+        with open(starts, "a") as f:
+            f.write(f"{time.time()}\n")
         started = time.monotonic()
         cell = cells[config["cell"]]
         curve = pick_curve(curves, config["cell"], cell, config["seed"])
@@ -262,7 +271,8 @@ def drive(args) -> dict:
         logging_level=logging.WARNING,
         _temp_dir=args.ray_dir,
     )
-    function, taken = simulated(read_curves(args.histories, args.epochs), args.epoch_ms), {}
+    curves = read_curves(args.histories, args.epochs)
+    function, taken = simulated(curves, args.epoch_ms, Path(args.result).with_name(STARTS)), {}
     marks = {}  # phase -> (wall, CPU seconds, peak RSS MB) when it began
     memory = {}  # phase -> (RSS MB, after malloc_trim, Python's heap MB, its snapshot) at its start
     if args.trace_memory:
@@ -281,31 +291,44 @@ def drive(args) -> dict:
             )
 
     real_build_tuner, real_close_sweep = lifecycle.build_tuner, lifecycle.close_sweep
+    real_trainable, real_finish = lifecycle.trainable, lifecycle.finish
 
-    def build_tuner(space, record):  # run_sweep's Tuner, its trials simulated
-        mark("trials")
-        tuner = real_build_tuner(space, record, function=function)
-        fit = tuner.fit
+    def finish(tuner, record):  # counts the last epoch of each trial as `fit` returns, and
+        fit = tuner.fit  # does not keep the Tuner: the sweep lets it go before its close
 
-        def fit_and_count():  # the last epoch of each trial, not the Tuner: the sweep lets
-            results = fit()  # it go before its close
+        def fit_and_count():
+            results = fit()
             taken.update(
                 {r.metrics["trial_id"]: r.metrics.get("epoch", 0) for r in results if r.metrics}
             )
             return results
 
         tuner.fit = fit_and_count
-        return tuner
+        return real_finish(tuner, record)
+
+    def build_tuner(space, record):
+        mark("trials")
+        return real_build_tuner(space, record)
+
+    def trainable(space, cells, _=None):  # the trials simulated, a restored Tuner's too
+        if "trials" not in marks:  # (resume_sweep restores the Tuner: no build_tuner)
+            mark("trials")
+        return real_trainable(space, cells, function)
 
     def close_sweep(*args, **options):
         mark("close")
         return real_close_sweep(*args, **options)
 
     lifecycle.build_tuner, lifecycle.close_sweep = build_tuner, close_sweep
+    lifecycle.trainable, lifecycle.finish = trainable, finish
     mark("setup")
     try:
         if args.plain_tune:
             summary, taken = plain_tune(args, function, mark)
+            mark("end")
+            return phased(marks, memory, summary, taken)
+        if args.resume:
+            summary = lifecycle.resume_sweep(NAME, storage_path=args.root)
             mark("end")
             return phased(marks, memory, summary, taken)
         summary = lifecycle.run_sweep(
@@ -451,13 +474,31 @@ def cpu_seconds() -> float:
 
 
 def run_driver(args, trials: int, work: Path, uri: str, root: str, env: dict) -> dict:
-    """`drive` in a fresh process (its output in WORK/driver.log), its Ray's temp dir
-    removed afterwards and any process of that Ray still alive killed, by its pid."""
-    ray_dir, result = RAY_TEMP / f"{os.getpid()}-{trials}", work / "driver.json"
-    command = [sys.executable, __file__, "--driver", "--uri", uri, "--root", root]
+    """`drive` in a fresh process; with --kill-at K, SIGKILLed once K trials have ended (their
+    MLflow runs ended), then `drive --resume` in another: the resume's answer, with "killed":
+    the trials ended and the wall seconds at the kill, and the seconds from the resume's start
+    to the first trial it starts."""
+    if not args.kill_at:
+        return driven(args, trials, work, uri, root, env)
+    start = time.monotonic()
+    driven(args, trials, work, uri, root, env, until=lambda: ended_trials(uri) >= args.kill_at)
+    killed = {"trials_ended": ended_trials(uri), "after_s": time.monotonic() - start}
+    resumed = time.time()
+    answer = driven(args, trials, work, uri, root, env, "--resume")
+    starts = [float(t) for t in (work / STARTS).read_text().split()]
+    answer["killed"] = {**killed, "first_trial_s": min(t for t in starts if t > resumed) - resumed}
+    return answer
+
+
+def driven(args, trials, work, uri, root, env, *options, until=None) -> dict:
+    """`drive` in a fresh process (its output appended to WORK/driver.log), SIGKILLed once
+    UNTIL() holds; its Ray's temp dir removed afterwards and any process of that Ray still
+    alive killed, by its pid."""
+    ray_dir, result = RAY_TEMP / f"{os.getpid()}-{trials}{'-'.join(options)}", work / "driver.json"
+    command = [sys.executable, __file__, "--driver", "--uri", uri, "--root", root, *options]
     if args.memray:
         args.memray.mkdir(parents=True, exist_ok=True)
-        capture = args.memray / f"{trials}.bin"
+        capture = args.memray / f"{trials}{'-'.join(options)}.bin"
         command[1:1] = ["-m", "memray", "run", "--native", "--force", "-o", str(capture)]
     command += ["--ray-dir", str(ray_dir), "--result", str(result), "--trials", str(trials)]
     command += ["--search", args.search, "--scheduler", args.scheduler]
@@ -466,15 +507,37 @@ def run_driver(args, trials: int, work: Path, uri: str, root: str, env: dict) ->
     command += ["--trace-memory"] * args.trace_memory + ["--plain-tune"] * args.plain_tune
     command += ["--plain-with", *args.plain_with] * bool(args.plain_with)
     try:
-        with open(work / "driver.log", "w") as log:
-            code = subprocess.run(command, cwd=work, env=env, stdout=log, stderr=log).returncode
+        with open(work / "driver.log", "a") as log:
+            proc = subprocess.Popen(command, cwd=work, env=env, stdout=log, stderr=log)
+            while until and proc.poll() is None and not until():
+                time.sleep(1)
+            if until and proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+                return {}
+            code = proc.wait()
     finally:
         kill_ray(ray_dir)
-    if code:
+    if code or until:
         sys.exit(
-            f"driver of {trials} trials exited {code}:\n{(work / 'driver.log').read_text()[-3000:]}"
+            f"driver of {trials} trials exited {code} "
+            f"{'before it was killed ' * bool(until)}"
+            f"(WORK/driver.log):\n{(work / 'driver.log').read_text()[-3000:]}"
         )
     return json.loads(result.read_text())
+
+
+def ended_trials(uri: str) -> int:
+    """The trials whose MLflow run has ended, read from the sqlite store's tables."""
+    try:
+        with closing(sqlite3.connect(uri.removeprefix("sqlite:///"), timeout=10)) as db:
+            query = (
+                "SELECT COUNT(*) FROM runs JOIN tags USING (run_uuid) WHERE tags.key = 'kind'"
+                " AND tags.value = 'trial' AND runs.end_time IS NOT NULL"
+            )
+            return db.execute(query).fetchone()[0]
+    except sqlite3.Error:  # not made yet
+        return 0
 
 
 def kill_ray(ray_dir: Path):
@@ -637,6 +700,15 @@ def records_lost(history: Path, taken: dict) -> int:
     return missing + int(frame.loc[frame["status"] == "running", "trial_id"].nunique())
 
 
+def settings_run_twice(history: Path) -> int:
+    """The trials of the history export (runs of its sweep) beyond one a setting: a setting is
+    its params, the seed's included."""
+    frame = pd.read_parquet(history)
+    params = sorted(c for c in frame.columns if c.startswith("params."))
+    trials = frame.drop_duplicates("trial_id")
+    return len(trials) - len(trials.drop_duplicates(params))
+
+
 def measure(args, trials: int) -> dict:
     """One size: the sweep's driver, its storage, the commands and the records lost."""
     with ExitStack() as services:
@@ -656,6 +728,7 @@ def measure(args, trials: int) -> dict:
         else:
             commands = results_commands(work, uri, root, env)
             lost = records_lost(work / "history.parquet", driver["taken"])
+            doubled = settings_run_twice(work / "history.parquet")
     summary, phases = driver["summary"], driver["phases"]
     epochs = sum(driver["taken"].values())
     return {
@@ -674,6 +747,8 @@ def measure(args, trials: int) -> dict:
         **{f"{name}_s": t["wall"] for name, t in commands.items()},
         **{f"{name}_cpu_s": t["cpu"] for name, t in commands.items() if "cpu" in t},
         **({"memory": driver["memory"]} if driver["memory"] else {}),
+        **({"doubled": doubled} if not args.plain_tune else {}),
+        **({"killed": driver["killed"]} if "killed" in driver else {}),
     }
 
 
@@ -738,14 +813,22 @@ def main():
         type=Path,
         help="run each driver under memray with native stacks (slower): MEMRAY/TRIALS.bin",
     )
+    p.add_argument(
+        "--kill-at",
+        type=int,
+        help="SIGKILL the driver once this many trials have ended, then `sweep resume` it",
+    )
     for hidden in ("--uri", "--root", "--ray-dir", "--result"):
         p.add_argument(hidden, help=argparse.SUPPRESS)
-    p.add_argument("--driver", action="store_true", help=argparse.SUPPRESS)
+    for hidden in ("--driver", "--resume"):
+        p.add_argument(hidden, action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.plain_tune and args.storage != "dir":
         p.error("--plain-tune runs on --storage dir only")
     if args.plain_with and not args.plain_tune:
         p.error("--plain-with goes with --plain-tune")
+    if args.kill_at and (args.plain_tune or args.store != "sqlite"):
+        p.error("--kill-at goes with rhnsearch's driver on --store sqlite")
     if args.driver:
         Path(args.result).write_text(json.dumps(drive(args)))
         return
@@ -778,6 +861,15 @@ def main():
                 ),
                 flush=True,
             )
+            if "killed" in rows[-1]:
+                killed = rows[-1]["killed"]
+                print(
+                    f"  killed once {killed['trials_ended']} trials had ended "
+                    f"({killed['after_s']:.0f} s); the resume started a trial "
+                    f"{killed['first_trial_s']:.1f} s after its own start; "
+                    f"settings run twice: {rows[-1]['doubled']}",
+                    flush=True,
+                )
             for phase, grew in rows[-1].get("memory", {}).items():
                 (rss0, rss1), (heap0, heap1) = grew["rss_mb"], grew["heap_mb"]
                 trimmed0, trimmed1 = grew["trimmed_rss_mb"]
