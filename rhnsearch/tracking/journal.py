@@ -1,7 +1,9 @@
-"""A sweep's MLflow records on the driver's disk before they are sent: appended and synced
-(a killed driver loses none), numbered, with the number of the last one MLflow has taken; a
-bucket sweep copies the waiting ones to its bucket, so that a resume on another machine sends
-them (`sweep.layout`: PENDING_FILE, SENT_FILE)."""
+"""A sweep's MLflow records on the driver's disk before they are sent: appended (a killed
+driver loses none: the kernel holds what was written) and put on the disk by the sender, off
+Tune's event loop, before each batch it sends and each retry (a machine that goes down loses
+the records that came after the sender's last batch or retry), numbered, with the number of
+the last one MLflow has taken; a bucket sweep copies the waiting ones to its bucket, so that
+a resume on another machine sends them (`sweep.layout`: PENDING_FILE, SENT_FILE)."""
 
 import json
 import os
@@ -31,7 +33,7 @@ def parse(text: str) -> list[dict]:
 
 
 class Journal:
-    """Records appended to a file and synced before they are sent, numbered; the number of
+    """Records appended to a file (`sync` puts them on the disk), numbered; the number of
     the last record MLflow has taken is kept beside it. Once everything is sent the file goes.
     With a `mirror` (a file in the bucket), the records not sent are copied there on demand,
     and the ones found there when the journal opens are taken into the file."""
@@ -41,6 +43,7 @@ class Journal:
         self.sent_path = Path(directory) / SENT_FILE
         self.mirror = mirror
         self.lock = threading.Lock()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.last = max([self.sent(), *(r["seq"] for r in self.records())])
         left = parse(storage.read_text(mirror) or "") if mirror else []
         for record in left:
@@ -60,12 +63,19 @@ class Journal:
         with self.lock:
             self.last = seq or self.last + 1
             record["seq"] = self.last
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.path, "a") as out:
                 out.write(lines([record]))
-                out.flush()
-                os.fsync(out.fileno())
         return record
+
+    def sync(self):
+        """Put what was appended on the disk (one fsync, however many records: at 10 ms each
+        on a plain disk, one per record on Tune's loop would bound the results it takes). Not
+        under the lock: appends go on meanwhile."""
+        try:
+            with open(self.path, "rb") as journal:
+                os.fsync(journal.fileno())
+        except FileNotFoundError:
+            pass  # nothing appended since MLflow took it all
 
     def copy_to_mirror(self):
         """Copy the records not sent yet to the mirror (remove it once none are left)."""

@@ -112,7 +112,9 @@ class Sender:
         return records
 
     def _deliver(self, records: list[dict]):
-        """Send RECORDS (consecutive), one trial's at a time, then mark them sent."""
+        """Put RECORDS (consecutive) on the disk, send them one trial's at a time, then mark
+        them sent."""
+        self.journal.sync()
         trials: dict[str, list[dict]] = {}
         for record in records:
             trials.setdefault(record["trial_id"], []).append(record)
@@ -141,6 +143,7 @@ class Sender:
                         first_line(exc, 160),
                         self.journal.path,
                     )
+                self.journal.sync()  # the records that came meanwhile wait on the disk
                 if time.monotonic() - self.mirrored_at > MIRROR_SECONDS:
                     self._mirror()
                 time.sleep(BACKOFF_SECONDS[min(attempt, len(BACKOFF_SECONDS) - 1)])
