@@ -9,6 +9,7 @@ import shutil
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import ray
 from ray import tune
@@ -199,6 +200,54 @@ def saved(state_file: Path) -> str:
     """The scheduler's state file once the storage's thread has written what was queued."""
     storage.LATER.wait()
     return state_file.read_text()
+
+
+# -- the trial to run -------------------------------------------------------------------------
+class Trials:
+    """What a scheduler sees of Tune's controller when it chooses a trial to run: every trial
+    in the order added (a recovered trial moved to the end and added again, as TuneController
+    does), and the live ones, those not terminated."""
+
+    def __init__(self, scheduler: CellASHAScheduler):
+        self.scheduler, self.trials = scheduler, []
+
+    def add(self, t: Trial):
+        if t in self.trials:
+            self.trials.remove(t)
+        self.trials.append(t)
+        self.scheduler.on_trial_add(self, t)
+
+    def get_trials(self) -> list[Trial]:
+        return self.trials
+
+    def get_live_trials(self) -> set[Trial]:
+        return {t for t in self.trials if t.status != Trial.TERMINATED}
+
+
+def test_the_trial_chosen_to_run_is_fifos_among_the_live_trials_only():
+    """Over random statuses of 12 trials, some recovered (added again), the scheduler chooses
+    the trial FIFOScheduler chooses (the first pending in Tune's order, else the first
+    paused, else none), looking at the live trials only; one pickled before it kept the order
+    (an older sweep's tuner.pkl) chooses as well."""
+    rng = np.random.default_rng(0)
+    statuses = [Trial.PENDING, Trial.RUNNING, Trial.PAUSED, Trial.TERMINATED, Trial.ERROR]
+    old = scheduler()
+    del old._added, old._adds
+    for s in (scheduler(), pickle.loads(pickle.dumps(old))):
+        trials = Trials(s)
+        made = [trial(f"t{n}") for n in range(12)]
+        for t in made:
+            trials.add(t)
+        chosen = set()
+        for _ in range(300):
+            for t in rng.choice(made, size=3, replace=False):
+                t.set_status(statuses[rng.choice(5, p=[0.1, 0.2, 0.1, 0.5, 0.1])])
+            if rng.random() < 0.1:
+                trials.add(made[rng.integers(12)])  # recovered: to the end of Tune's list
+            fifo = FIFOScheduler().choose_trial_to_run(trials)
+            assert s.choose_trial_to_run(trials) is fifo
+            chosen.add(fifo.status if fifo else None)
+        assert chosen == {Trial.PENDING, Trial.PAUSED, None}
 
 
 # -- the state across a resume ---------------------------------------------------------------

@@ -10,6 +10,7 @@ import math
 import threading
 
 import numpy as np
+from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from ..cluster import storage
@@ -93,6 +94,11 @@ class CellASHAScheduler(FIFOScheduler):
         # {"rungs": {cell: {milestone: {trial_id: value}}}, "settings": {setting: {milestone:
         # decision}}, "stopped": {trial_id: epoch}}
         self._state = None
+        self._added: dict[str, int] = {}  # trial id -> the order Tune added it in (again
+        self._adds = 0  # when it recovers a failed trial: to the end of its list)
+
+    def __setstate__(self, state: dict):
+        self.__dict__.update({"_added": {}, "_adds": 0, **state})  # (pickled before they were)
 
     def set_search_properties(self, metric, mode, **spec) -> bool:
         if (self._metric and metric) or (self._mode and mode):
@@ -108,6 +114,21 @@ class CellASHAScheduler(FIFOScheduler):
                 f"{type(self).__name__} needs a metric and a mode (min or max): "
                 "pass them here or to tune.TuneConfig"
             )
+        self._added[trial.trial_id], self._adds = self._adds, self._adds + 1
+
+    def choose_trial_to_run(self, tune_controller) -> Trial | None:
+        """FIFOScheduler's choice (the first trial added that is pending, else the first
+        paused) made among the live trials: FIFOScheduler looks through every trial of the
+        sweep, finished ones included, at each step of Tune's loop."""
+        live = sorted(
+            tune_controller.get_live_trials(),
+            key=lambda trial: self._added.get(trial.trial_id, self._adds),
+        )
+        for status in (Trial.PENDING, Trial.PAUSED):
+            for trial in live:
+                if trial.status == status:
+                    return trial
+        return None
 
     def on_trial_result(self, tune_controller, trial, result: dict) -> str:
         t = result.get(self.time_attr)
