@@ -171,10 +171,14 @@ def pick_curve(curves: dict, label: str, cell: dict, seed: int) -> dict:
 # -- the simulated trainable -----------------------------------------------------------------
 
 
-def simulated(curves: dict, epoch_ms: float, starts: Path):
+def simulated(curves, epoch_ms: float, starts: Path):
     """The trial function the sweep's Tuner runs in place of `run_trial` (CONFIG, CELLS as it
     takes them): its cell and seed's curve replayed, reported as a real trial reports. Each
-    start (a restored trial's too) appends its wall-clock time to STARTS."""
+    start (a restored trial's too) appends its wall-clock time to STARTS. CURVES is their
+    object in Ray's store (`ray.put`), fetched once per worker: Tune unpickles the trainable
+    each time it looks it up, and the curves pickled with it would cost the driver some
+    330 kB of unpickling a lookup, where `run_trial` pickles to 54 bytes."""
+    fetched = {}  # the curves, in each worker that has fetched them
 
     def trial(config: dict, cells: dict):
         import ray
@@ -184,7 +188,9 @@ def simulated(curves: dict, epoch_ms: float, starts: Path):
             f.write(f"{time.time()}\n")
         started = time.monotonic()
         cell = cells[config["cell"]]
-        curve = pick_curve(curves, config["cell"], cell, config["seed"])
+        if not fetched:
+            fetched.update(ray.get(curves))
+        curve = pick_curve(fetched, config["cell"], cell, config["seed"])
         last = len(curve["epochs"]) if curve["diverged"] else config["epochs"]
         resources = ray.get_runtime_context().get_assigned_resources()
         placement = {
@@ -271,7 +277,7 @@ def drive(args) -> dict:
         logging_level=logging.WARNING,
         _temp_dir=args.ray_dir,
     )
-    curves = read_curves(args.histories, args.epochs)
+    curves = ray.put(read_curves(args.histories, args.epochs))
     function, taken = simulated(curves, args.epoch_ms, Path(args.result).with_name(STARTS)), {}
     marks = {}  # phase -> (wall, CPU seconds, peak RSS MB) when it began
     memory = {}  # phase -> (RSS MB, after malloc_trim, Python's heap MB, its snapshot) at its start
