@@ -263,6 +263,7 @@ def drive(args) -> dict:
     until the Tuner is built, trials until the sweep closes, close), its peak RSS, the sweep's
     summary and the last epoch Tune took of each trial."""
     import ray
+    from ray import tune
 
     from rhnsearch.cluster.connect import limit_malloc_arenas
     from rhnsearch.sweep import lifecycle
@@ -297,20 +298,14 @@ def drive(args) -> dict:
             )
 
     real_build_tuner, real_close_sweep = lifecycle.build_tuner, lifecycle.close_sweep
-    real_trainable, real_finish = lifecycle.trainable, lifecycle.finish
+    real_trainable, real_fit = lifecycle.trainable, tune.Tuner.fit
 
-    def finish(tuner, record):  # counts the last epoch of each trial as `fit` returns, and
-        fit = tuner.fit  # does not keep the Tuner: the sweep lets it go before its close
-
-        def fit_and_count():
-            results = fit()
-            taken.update(
-                {r.metrics["trial_id"]: r.metrics.get("epoch", 0) for r in results if r.metrics}
-            )
-            return results
-
-        tuner.fit = fit_and_count
-        return real_finish(tuner, record)
+    def fit(tuner):  # counts the last epoch of each trial as `fit` returns; holds nothing of
+        results = real_fit(tuner)  # the Tuner, which the sweep lets go before its close
+        taken.update(
+            {r.metrics["trial_id"]: r.metrics.get("epoch", 0) for r in results if r.metrics}
+        )
+        return results
 
     def build_tuner(space, record):
         mark("trials")
@@ -326,7 +321,7 @@ def drive(args) -> dict:
         return real_close_sweep(*args, **options)
 
     lifecycle.build_tuner, lifecycle.close_sweep = build_tuner, close_sweep
-    lifecycle.trainable, lifecycle.finish = trainable, finish
+    lifecycle.trainable, tune.Tuner.fit = trainable, fit
     mark("setup")
     try:
         if args.plain_tune:
