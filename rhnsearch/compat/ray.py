@@ -1,7 +1,8 @@
 """What rhnsearch uses of Ray beyond its public API: the names of the files Tune saves its
 state in and how Tune reads them, the layout of its saved experiment state (each trial's
 folder and newest checkpoint), the names of a trial's checkpoint folders, `ray.init`'s
-private node address, Tune's default metric name and the logger of its result grid.
+private node address, Tune's default metric name, the statuses of a trial waiting to run and
+the logger of its result grid.
 
 Each function first checks that the installed Ray is in SUPPORTED and raises a one-line
 UserError otherwise (a saved state read wrongly would resume a sweep wrongly). A state read
@@ -153,6 +154,15 @@ def default_metric() -> str:
     from ray.tune.result import DEFAULT_METRIC
 
     return DEFAULT_METRIC
+
+
+def waiting_statuses() -> tuple[str, str]:
+    """The statuses of a trial that FIFO scheduling starts, in its order: pending, then
+    paused."""
+    _check("Tune's trial statuses")
+    from ray.tune.experiment import Trial
+
+    return Trial.PENDING, Trial.PAUSED
 
 
 def quiet_result_grid():

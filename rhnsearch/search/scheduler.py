@@ -10,7 +10,6 @@ import math
 import threading
 
 import numpy as np
-from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from ..cluster import storage
@@ -116,15 +115,15 @@ class CellASHAScheduler(FIFOScheduler):
             )
         self._added[trial.trial_id], self._adds = self._adds, self._adds + 1
 
-    def choose_trial_to_run(self, tune_controller) -> Trial | None:
+    def choose_trial_to_run(self, tune_controller):
         """FIFOScheduler's choice (the first trial added that is pending, else the first
-        paused) made among the live trials: FIFOScheduler looks through every trial of the
-        sweep, finished ones included, at each step of Tune's loop."""
+        paused; None if none is) made among the live trials: FIFOScheduler looks through
+        every trial of the sweep, finished ones included, at each step of Tune's loop."""
         live = sorted(
             tune_controller.get_live_trials(),
             key=lambda trial: self._added.get(trial.trial_id, self._adds),
         )
-        for status in (Trial.PENDING, Trial.PAUSED):
+        for status in ray_compat.waiting_statuses():
             for trial in live:
                 if trial.status == status:
                     return trial
