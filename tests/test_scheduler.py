@@ -208,8 +208,8 @@ class Trials:
     in the order added (a recovered trial moved to the end and added again, as TuneController
     does), and the live ones, those not terminated."""
 
-    def __init__(self, scheduler: CellASHAScheduler):
-        self.scheduler, self.trials = scheduler, []
+    def __init__(self, scheduler: FIFOScheduler):
+        self.scheduler, self.trials, self.listed = scheduler, [], 0
 
     def add(self, t: Trial):
         if t in self.trials:
@@ -218,22 +218,34 @@ class Trials:
         self.scheduler.on_trial_add(self, t)
 
     def get_trials(self) -> list[Trial]:
+        self.listed += 1
         return self.trials
 
     def get_live_trials(self) -> set[Trial]:
         return {t for t in self.trials if t.status != Trial.TERMINATED}
 
 
-def test_the_trial_chosen_to_run_is_fifos_among_the_live_trials_only():
-    """Over random statuses of 12 trials, some recovered (added again), the scheduler chooses
-    the trial FIFOScheduler chooses (the first pending in Tune's order, else the first
-    paused, else none), looking at the live trials only; one pickled before it kept the order
-    (an older sweep's tuner.pkl) chooses as well."""
+@pytest.mark.parametrize("name", ["cell_asha", "fifo"])
+def test_the_trial_chosen_to_run_is_fifos_among_the_live_trials_only(name):
+    """Over random statuses of 12 trials, some recovered (added again), the sweep's scheduler
+    (per-cell ASHA, or `scheduler.name: fifo`) chooses the trial FIFOScheduler chooses (the
+    first pending in Tune's order, else the first paused, else none), looking at the live
+    trials only; a per-cell ASHA pickled before it kept the order (an older sweep's tuner.pkl)
+    chooses as well."""
+
+    def new():
+        if name == "cell_asha":
+            return scheduler()  # metric and mode set, as Tune sets them
+        return build_scheduler(load_space(ROOT / "spaces" / "jsb_optimization.yaml"), name, None)
+
     rng = np.random.default_rng(0)
     statuses = [Trial.PENDING, Trial.RUNNING, Trial.PAUSED, Trial.TERMINATED, Trial.ERROR]
-    old = scheduler()
-    del old._added, old._adds
-    for s in (scheduler(), pickle.loads(pickle.dumps(old))):
+    schedulers = [new()]
+    if name == "cell_asha":  # as in an older sweep's tuner.pkl, pickled before it kept order
+        old = new()
+        del old._added, old._adds
+        schedulers.append(pickle.loads(pickle.dumps(old)))
+    for s in schedulers:
         trials = Trials(s)
         made = [trial(f"t{n}") for n in range(12)]
         for t in made:
@@ -245,7 +257,9 @@ def test_the_trial_chosen_to_run_is_fifos_among_the_live_trials_only():
             if rng.random() < 0.1:
                 trials.add(made[rng.integers(12)])  # recovered: to the end of Tune's list
             fifo = FIFOScheduler().choose_trial_to_run(trials)
+            listed = trials.listed
             assert s.choose_trial_to_run(trials) is fifo
+            assert trials.listed == listed  # every trial, finished ones included: not read
             chosen.add(fifo.status if fifo else None)
         assert chosen == {Trial.PENDING, Trial.PAUSED, None}
 

@@ -40,7 +40,35 @@ def setting_key(config: dict) -> str:
     return f"{cell_key(config)} {hashlib.sha256(rest.encode()).hexdigest()[:16]}"
 
 
-class CellASHAScheduler(FIFOScheduler):
+class LiveFIFOScheduler(FIFOScheduler):
+    """FIFOScheduler's choice of the trial to run (the first added that is pending, else the
+    first paused; None if none is) made among the live trials only: FIFOScheduler looks
+    through every trial of the sweep, finished ones included, at each step of Tune's loop."""
+
+    def __init__(self):
+        super().__init__()
+        self._added: dict[str, int] = {}  # trial id -> the order Tune added it in (again
+        self._adds = 0  # when it recovers a failed trial: to the end of its list)
+
+    def __setstate__(self, state: dict):
+        self.__dict__.update({"_added": {}, "_adds": 0, **state})  # (pickled before they were)
+
+    def on_trial_add(self, tune_controller, trial):
+        self._added[trial.trial_id], self._adds = self._adds, self._adds + 1
+
+    def choose_trial_to_run(self, tune_controller):
+        live = sorted(
+            tune_controller.get_live_trials(),
+            key=lambda trial: self._added.get(trial.trial_id, self._adds),
+        )
+        for status in ray_compat.waiting_statuses():
+            for trial in live:
+                if trial.status == status:
+                    return trial
+        return None
+
+
+class CellASHAScheduler(LiveFIFOScheduler):
     """ASHA (the rule of Ray's AsyncHyperBandScheduler with one bracket) comparing each setting
     only with the settings of its own cell (per_cell=True), or with every setting
     (per_cell=False).
@@ -93,11 +121,6 @@ class CellASHAScheduler(FIFOScheduler):
         # {"rungs": {cell: {milestone: {trial_id: value}}}, "settings": {setting: {milestone:
         # decision}}, "stopped": {trial_id: epoch}}
         self._state = None
-        self._added: dict[str, int] = {}  # trial id -> the order Tune added it in (again
-        self._adds = 0  # when it recovers a failed trial: to the end of its list)
-
-    def __setstate__(self, state: dict):
-        self.__dict__.update({"_added": {}, "_adds": 0, **state})  # (pickled before they were)
 
     def set_search_properties(self, metric, mode, **spec) -> bool:
         if (self._metric and metric) or (self._mode and mode):
@@ -113,21 +136,7 @@ class CellASHAScheduler(FIFOScheduler):
                 f"{type(self).__name__} needs a metric and a mode (min or max): "
                 "pass them here or to tune.TuneConfig"
             )
-        self._added[trial.trial_id], self._adds = self._adds, self._adds + 1
-
-    def choose_trial_to_run(self, tune_controller):
-        """FIFOScheduler's choice (the first trial added that is pending, else the first
-        paused; None if none is) made among the live trials: FIFOScheduler looks through
-        every trial of the sweep, finished ones included, at each step of Tune's loop."""
-        live = sorted(
-            tune_controller.get_live_trials(),
-            key=lambda trial: self._added.get(trial.trial_id, self._adds),
-        )
-        for status in ray_compat.waiting_statuses():
-            for trial in live:
-                if trial.status == status:
-                    return trial
-        return None
+        super().on_trial_add(tune_controller, trial)
 
     def on_trial_result(self, tune_controller, trial, result: dict) -> str:
         t = result.get(self.time_attr)

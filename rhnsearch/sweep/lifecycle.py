@@ -24,7 +24,6 @@ from mlflow.entities import Metric
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from ray import tune
-from ray.tune.schedulers import FIFOScheduler
 
 from ..cluster import storage
 from ..cluster.connect import check_address, check_gpus, start_ray, trial_slots
@@ -34,7 +33,7 @@ from ..data import load_dataset
 from ..errors import UserError, first_line
 from ..provenance import provenance_tags
 from ..search.plan import load_plan, planned_hours
-from ..search.scheduler import CellASHAScheduler
+from ..search.scheduler import CellASHAScheduler, LiveFIFOScheduler
 from ..search.searchers import METRIC, MODE, ConfirmSearcher, build_searcher, round_slots
 from ..search.space import Space, load_space
 from ..search.trial import tune_constants
@@ -78,7 +77,7 @@ def build_scheduler(space: Space, name: str, state_file: str):
     rungs and decisions in `state_file`, where the restored scheduler of `sweep resume`
     finds them."""
     if name == "fifo":
-        return FIFOScheduler()
+        return LiveFIFOScheduler()
     s = space.scheduler
     return CellASHAScheduler(
         max_t=space.epochs,
