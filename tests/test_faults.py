@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 import urllib.request
+import zipfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -174,7 +175,7 @@ def test_resume_after_tune_deleted_the_checkpoint_its_saved_state_names(tmp_path
     name none yet.)"""
     import torch
 
-    from rhnsearch.sweep.checkpoints import stale_checkpoints
+    from rhnsearch.sweep.checkpoints import saved_state, stale_checkpoints
 
     epochs = 20
     sweep = sweeps(
@@ -208,7 +209,7 @@ def test_resume_after_tune_deleted_the_checkpoint_its_saved_state_names(tmp_path
     logged = held[checkpoint]
     index = int(checkpoint.name[-6:])  # registered in place of the one the state names
     newer = checkpoint.rename(checkpoint.with_name(f"checkpoint_{index + 1:06d}"))
-    ((trial_dir, named),) = stale_checkpoints(str(directory))
+    ((trial_dir, named),) = stale_checkpoints(str(directory), saved_state(str(directory)))
     assert trial_dir == str(newer.parent) and named < newer.name
     leftover = directory / ".experiment_state-x.json.0123abcd.tmp"  # as a kill mid-file leaves
     leftover.write_text('{"trial_')
@@ -249,6 +250,36 @@ def test_pruning_keeps_the_registered_checkpoint_and_any_newer_one(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint_000004"]
 
 
+def test_only_the_trials_a_resume_runs_again_have_their_checkpoint_names_repaired(tmp_path):
+    """In Tune's saved state (as Ray 2.60 lays it out), a finished trial (TERMINATED) that
+    names a checkpoint no longer in its folder is left alone: a resume does not run it again
+    (and looking in every finished trial's folder, 5,000 of them, would cost the resume). A
+    running and an errored trial naming one are repaired from the next checkpoint."""
+    from rhnsearch.sweep.checkpoints import repair_checkpoint_names, saved_state
+
+    def trial(status: str) -> list[str]:
+        manager = {"_type": "CLOUDPICKLE_FALLBACK", "value": b"checkpoint_000001".hex()}
+        info = {"trial_id": status, "status": status, "relative_logdir": f"run_trial_{status}"}
+        return [json.dumps(info), json.dumps({"checkpoint_manager": manager})]
+
+    statuses = ["TERMINATED", "RUNNING", "ERROR"]
+    state = {"trial_data": [trial(s) for s in statuses], "stats": {"start_time": 0.0}}
+    (tmp_path / "experiment_state-2026-01-01_00-00-00.json").write_text(json.dumps(state))
+    for status in statuses:
+        newer = tmp_path / f"run_trial_{status}" / "checkpoint_000002"
+        newer.mkdir(parents=True)
+        with zipfile.ZipFile(newer / "trainer.pt", "w") as z:  # as torch.save writes it
+            z.writestr("trainer/data.pkl", b"x")
+    repair_checkpoint_names(str(tmp_path), saved_state(str(tmp_path)))
+    assert {
+        s: sorted(p.name for p in (tmp_path / f"run_trial_{s}").iterdir()) for s in statuses
+    } == {
+        "TERMINATED": ["checkpoint_000002"],
+        "RUNNING": ["checkpoint_000001"],
+        "ERROR": ["checkpoint_000001"],
+    }
+
+
 @pytest.mark.parametrize(
     "state",
     ['{"trials": []}', '{"trial_data": [["{}", "{}"]]}', '{"trial_data": [["not json", {}]]}'],
@@ -256,12 +287,12 @@ def test_pruning_keeps_the_registered_checkpoint_and_any_newer_one(tmp_path):
 def test_a_saved_state_laid_out_otherwise_is_one_warning(state, tmp_path, caplog):
     """A Tune release whose saved state is laid out otherwise: the repair says so in one
     warning line and leaves the sweep's files as they were."""
-    from rhnsearch.sweep.checkpoints import repair_checkpoint_names
+    from rhnsearch.sweep.checkpoints import repair_checkpoint_names, saved_state
 
     (tmp_path / "experiment_state-2026-01-01_00-00-00.json").write_text(state)
     (tmp_path / "run_trial_0" / "checkpoint_000001").mkdir(parents=True)
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
-    repair_checkpoint_names(str(tmp_path))
+    repair_checkpoint_names(str(tmp_path), saved_state(str(tmp_path)))
     (record,) = [r for r in caplog.records if r.name.startswith("rhnsearch.")]
     assert record.levelname == "WARNING" and "\n" not in record.getMessage()
     assert "not laid out as this version of rhnsearch expects" in record.getMessage()

@@ -1,6 +1,6 @@
 """What rhnsearch uses of Ray beyond its public API: the names of the files Tune saves its
 state in and how Tune reads them, the layout of its saved experiment state (each trial's
-folder and newest checkpoint), the names of a trial's checkpoint folders, `ray.init`'s
+folder, status and newest checkpoint), the names of a trial's checkpoint folders, `ray.init`'s
 private node address, Tune's default metric name, the statuses of a trial waiting to run and
 the logger of its result grid.
 
@@ -118,11 +118,16 @@ def saved_trial_ids(state_text: str) -> set[str]:
     return {info["trial_id"] for info, _ in _saved_trials(state_text)}
 
 
-def saved_checkpoints(state_text: str) -> list[tuple[str, str | None]]:
+def resumable_checkpoints(state_text: str) -> list[tuple[str, str | None]]:
     """(trial folder relative to the experiment, name of its newest checkpoint or None) of
-    each trial in a saved experiment state's text."""
+    each trial in a saved experiment state's text that a resume runs again: every one but
+    those that finished (TERMINATED)."""
+    from ray.tune.experiment import Trial
+
     found = []
     for info, run in _saved_trials(state_text):
+        if info["status"] == Trial.TERMINATED:
+            continue
         manager = run.get("checkpoint_manager") or {}
         saved = (
             bytes.fromhex(manager["value"]).decode("latin-1")  # its pickle, not loaded

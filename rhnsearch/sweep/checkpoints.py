@@ -105,22 +105,22 @@ def check_saved_state(round_dir: str):
             ) from None
 
 
-def stale_checkpoints(round_dir: str) -> list[tuple[str, str]]:
-    """(trial dir, checkpoint name) of each trial whose latest checkpoint in the saved Tune
-    state is no longer in the storage."""
-    state = saved_state(round_dir)
+def stale_checkpoints(round_dir: str, state: str | None) -> list[tuple[str, str]]:
+    """(trial dir, checkpoint name) of each trial a resume runs again whose latest checkpoint
+    in Tune's saved state (its text, `saved_state`) is no longer in the storage."""
     stale = []
-    for folder, named in ray_compat.saved_checkpoints(state) if state is not None else []:
+    for folder, named in ray_compat.resumable_checkpoints(state) if state is not None else []:
         trial_dir = storage.join(round_dir, folder)
         if named and named not in storage.listdir(trial_dir):
             stale.append((trial_dir, named))
     return stale
 
 
-def repair_checkpoint_names(round_dir: str):
-    """Give each stale trial the first complete checkpoint after the one its state names."""
+def repair_checkpoint_names(round_dir: str, state: str | None):
+    """Give each stale trial the first complete checkpoint after the one Tune's saved state
+    (its text, `saved_state`) names."""
     try:
-        stale = stale_checkpoints(round_dir)
+        stale = stale_checkpoints(round_dir, state)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         log.warning(
             "Tune's saved state in %s is not laid out as this version of rhnsearch "
@@ -148,10 +148,10 @@ def repair_checkpoint_names(round_dir: str):
             )
 
 
-def align_search_states(round_dir: str):
+def align_search_states(round_dir: str, state: str | None):
     """Make Tune's saved search state and the searcher's count the trials of Tune's saved
-    experiment state, no more and no fewer: the slots after them are asked for again."""
-    state = saved_state(round_dir)
+    experiment state (its text, `saved_state`), no more and no fewer: the slots after them
+    are asked for again."""
     if state is None:
         return
     search, searcher = ray_compat.newest_search_states(storage.listdir(round_dir))
