@@ -5,7 +5,9 @@ a real `Tuner.restore`) on a local Ray with a synthetic learning curve per cell.
 import json
 import os
 import pickle
+import re
 import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from rhnsearch.cluster import storage
 from rhnsearch.compat import ray as ray_compat
 from rhnsearch.search.scheduler import CellASHAScheduler, setting_key
 from rhnsearch.search.space import load_space
+from rhnsearch.sweep.checkpoints import KeepNewestCheckpoint
 from rhnsearch.sweep.layout import SCHEDULER_STATE_FILE
 from rhnsearch.sweep.lifecycle import build_scheduler
 
@@ -476,3 +479,33 @@ def test_tuner_restore_judges_on_the_rungs_of_the_first_run(local_ray, tmp_path)
     failed = next(r.metrics["trial_id"] for r in results if r.config["cell"]["q"] == 0.1)
     assert state["stopped"] == {worst: 1, failed: 3}
     assert set(state["rungs"]["rhn depth 1"]["3"]) == {best, failed}
+
+
+def test_tune_holds_only_the_newest_checkpoint_of_each_trial(local_ray, tmp_path):
+    """A sweep's KeepNewestCheckpoint: of the 5 checkpoints a trial registers, the storage
+    keeps the newest and so does Tune, in memory (each trial's best checkpoints) and in its
+    saved experiment state (with its own num_to_keep off, Tune would hold all 5)."""
+
+    def trainable(config):
+        for epoch in range(1, 6):
+            with tempfile.TemporaryDirectory() as folder:
+                (Path(folder) / "epoch").write_text(str(epoch))
+                tune.report({"epoch": epoch}, checkpoint=tune.Checkpoint.from_directory(folder))
+
+    results = tune.Tuner(
+        trainable,
+        param_space={"x": tune.grid_search([0, 1])},
+        run_config=tune.RunConfig(
+            name="newest", storage_path=str(tmp_path), verbose=0, callbacks=[KeepNewestCheckpoint()]
+        ),
+    ).fit()
+    storage.LATER.wait()
+    assert not results.errors and len(results) == 2
+    newest = "checkpoint_000004"
+    for result in results:
+        assert [c.path.rsplit("/", 1)[-1] for c, _ in result.best_checkpoints] == [newest]
+        assert [p.name for p in Path(result.path).glob("checkpoint_*")] == [newest]
+    (state,) = (tmp_path / "newest").glob("experiment_state-*.json")
+    for _, run in json.loads(state.read_text())["trial_data"]:
+        manager = bytes.fromhex(json.loads(run)["checkpoint_manager"]["value"])  # its pickle
+        assert set(re.findall(rb"checkpoint_\d{6}", manager)) == {newest.encode()}

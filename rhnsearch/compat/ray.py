@@ -1,8 +1,8 @@
 """What rhnsearch uses of Ray beyond its public API: the names of the files Tune saves its
 state in and how Tune reads them, the layout of its saved experiment state (each trial's
-folder, status and newest checkpoint), the names of a trial's checkpoint folders, `ray.init`'s
-private node address, Tune's default metric name, the statuses of a trial waiting to run and
-the logger of its result grid.
+folder, status and newest checkpoint), the checkpoints Tune's manager holds, the names of a
+trial's checkpoint folders, `ray.init`'s private node address, Tune's default metric name, the
+statuses of a trial waiting to run and the logger of its result grid.
 
 Each function first checks that the installed Ray is in SUPPORTED and raises a one-line
 UserError otherwise (a saved state read wrongly would resume a sweep wrongly). A state read
@@ -137,6 +137,16 @@ def resumable_checkpoints(state_text: str) -> list[tuple[str, str | None]]:
         named = re.findall(CHECKPOINT, saved)
         found.append((info["relative_logdir"], max(named) if named else None))
     return found
+
+
+def forget_checkpoints(trial):
+    """Let Tune's checkpoint manager of `trial` hold none of the checkpoints it registered:
+    called as the trial registers a newer one (which the manager then holds, alone), once its
+    older ones are bound for deletion from the storage (sweep/checkpoints.py). With its own
+    num_to_keep off, Tune holds every checkpoint a trial registered (2.3 kB each, some 6 a
+    trial), in the driver's memory and in each save of its experiment state."""
+    _check("Tune's checkpoint manager")
+    trial.run_metadata.checkpoint_manager._checkpoint_results.clear()
 
 
 def is_checkpoint(name: str) -> bool:
