@@ -20,7 +20,7 @@ from ray.tune.schedulers import FIFOScheduler
 
 from rhnsearch.cluster import storage
 from rhnsearch.compat import ray as ray_compat
-from rhnsearch.search.scheduler import CellASHAScheduler, setting_key
+from rhnsearch.search.scheduler import CellASHAScheduler, LiveFIFOScheduler, setting_key
 from rhnsearch.search.space import load_space
 from rhnsearch.sweep.checkpoints import KeepNewestCheckpoint
 from rhnsearch.sweep.layout import SCHEDULER_STATE_FILE
@@ -364,7 +364,7 @@ def test_build_scheduler_follows_the_space(tmp_path):
     paper = load_space(space, preset="paper")
     assert build_scheduler(paper, "asha", state_file).milestones == [5, 15, 45]
     assert not build_scheduler(paper, "asha", state_file).per_cell
-    assert type(build_scheduler(paper, "fifo", state_file)) is FIFOScheduler
+    assert type(build_scheduler(paper, "fifo", state_file)) is LiveFIFOScheduler
 
 
 # -- real Tuners -----------------------------------------------------------------------------
