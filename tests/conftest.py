@@ -50,7 +50,11 @@ FIXTURE_TIERS = {
     "browser": ("services",),
     "ui": ("services",),  # test_ui.py's `rhnsearch ui` server
     "slurm": ("services", "cluster", "slow"),
+    "requeued_sweep": ("services", "cluster", "slow"),
 }
+# Session fixtures that mostly wait: each starts at the session's first test when a selected
+# test uses it, so that its wait overlaps the tests before that one.
+EARLY = ("requeued_sweep",)
 
 
 def pytest_configure(config):
@@ -432,6 +436,25 @@ def slurm():
     yield cluster
     cluster.stop()
     shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def requeued_sweep(slurm, tmp_path_factory, data_dir):
+    """test_slurm's long job, submitted and driven beside the other tests (RequeuedSweep)."""
+    from test_slurm import RequeuedSweep
+
+    job = RequeuedSweep(slurm, tmp_path_factory.mktemp("requeued"), data_dir)
+    yield job
+    job.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _early_starts(request):
+    """Start the EARLY fixtures the selected tests use, at the session's first test."""
+    used = {name for item in request.session.items for name in item.fixturenames}
+    for name in EARLY:
+        if name in used:
+            request.getfixturevalue(name)
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,7 @@ node announcing its CPUs and four GPUs that are files (a GPU count for Slurm to 
 Clients (sbatch, scontrol, srun) find it through $SLURM_CONF in `Slurm.env`."""
 
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -18,6 +19,7 @@ from ports import free_port
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "srun")
 NODE = "rhn1"
+ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
 
 
 class Slurm:
@@ -151,6 +153,16 @@ class Slurm:
             if fields.get("JobState") in states:
                 return fields
             assert time.monotonic() < deadline, f"job {job_id} not {states}: {fields}"
+            time.sleep(1)
+
+    def wait_for_no_jobs(self, timeout: float):
+        """Wait until every job submitted so far has ended."""
+        deadline = time.monotonic() + timeout
+        while True:
+            states = re.findall(r"JobState=(\w+)", self.scontrol("show", "jobs", "--oneliner"))
+            if all(state in ENDED for state in states):
+                return
+            assert time.monotonic() < deadline, f"jobs still queued or running: {states}"
             time.sleep(1)
 
     def release(self, job_id: str):

@@ -3,9 +3,11 @@ cluster in the allocation and runs the sweep there, resumable across requeues an
 End to end on a real single-node Slurm (slurm_cluster.py, the session's `slurm` fixture)."""
 
 import json
+import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -15,8 +17,7 @@ from test_faults import assert_full_histories, assert_went_on_from_a_checkpoint
 from test_sweep import check_child_runs
 
 from conftest import JSB_SPACE, rhnsearch_cli, rhnsearch_main
-
-ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
+from slurm_cluster import ENDED
 
 
 def test_dry_run_prints_the_batch_script_and_writes_nothing(tmp_path):
@@ -132,6 +133,7 @@ def test_two_sweeps_at_once_complete_on_ports_of_their_own(slurm, tmp_path, data
     their runs in MLflow; their ports are disjoint ranges; each job's Ray token is in no
     output, script, MLflow record or storage file, and its private directory is gone. Then one
     sweep's confirmation round as a job of its own (`confirm_on_slurm`)."""
+    slurm.wait_for_no_jobs(900)  # the node's CPUs for these two (RequeuedSweep's may run)
     jobs, tokens = {}, {}
     for name in ("left", "right"):
         (tmp_path / name).mkdir()
@@ -232,70 +234,118 @@ sys.exit(code)
     assert "sweep late: 1 trials: 1 completed" in proc.stderr
 
 
-def test_a_sweep_requeued_then_timed_out_twice_goes_on_to_its_end(slurm, tmp_path, data_dir):
-    """A requeue (as an admin or a preemption does) mid-sweep, then Slurm's time limit: its
-    warning signal stops the sweep (Tune's state saved, trials stopped) and the job requeues
-    itself, again and again. The sweep finishes on the same parent run, every trial's history
-    complete and without duplicates; a trial that had a checkpoint went on from it."""
-    # Slurm sends the warning up to a minute early ("--signal" in sbatch's manual), so a run of
-    # the job trains for 0-45 s before it, some 6 trial-epochs a second: up to 300 trial-epochs.
-    # 400 outlast any one run (240 did not: a run once trained them all before its warning).
-    epochs = 200
-    job_id = submit(
-        slurm,
-        tmp_path,
-        "long",
-        data_dir,
-        "--set",
-        "depths=[2]",
-        "--set",
-        "scheduler.name=fifo",
-        "--set",
-        f"fixed.epochs={epochs}",
-        "--time",
-        "3",
-        "--signal-seconds",
-        "120",
-        env={"TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "0", "TUNE_GLOBAL_CHECKPOINT_S": "0"},
-    )
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    job_dir = tmp_path / "sweeps" / "long" / "slurm"
-    timeline = [("submitted", time.time())]
+class RequeuedSweep:
+    """The long job of `test_a_sweep_requeued_then_timed_out_twice_goes_on_to_its_end`, a JSB
+    sweep of 2 trials of EPOCHS epochs under a 3-minute time limit. conftest's
+    `requeued_sweep` submits it when the session starts; a thread then drives it while the
+    other tests run: it requeues the job once (as an admin or a preemption does) as soon as
+    MLflow holds 2 trial-epochs, and starts it again after each requeue (Slurm holds a
+    requeued job for two minutes)."""
 
-    def epochs_in_mlflow() -> int:
+    # Slurm sends the warning up to a minute early ("--signal" in sbatch's manual), so a run
+    # of the job trains for 0-45 s before it, some 6 trial-epochs a second: up to 300
+    # trial-epochs. 400 outlast any one run (240 did not: a run once trained them all).
+    EPOCHS = 200
+
+    def __init__(self, slurm, cwd: Path, data_dir: Path):
+        self.slurm, self.cwd = slurm, cwd
+        self.uri = f"sqlite:///{cwd / 'mlflow.db'}"
+        self.job_id = submit(
+            slurm,
+            cwd,
+            "long",
+            data_dir,
+            "--set",
+            "depths=[2]",
+            "--set",
+            "scheduler.name=fifo",
+            "--set",
+            f"fixed.epochs={self.EPOCHS}",
+            "--time",
+            "3",
+            "--signal-seconds",
+            "120",
+            env={"TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "0", "TUNE_GLOBAL_CHECKPOINT_S": "0"},
+        )
+        self.timeline = [("submitted", time.time())]
+        self.requeued, self.fields, self.error = False, None, None
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._drive, name="requeued-sweep", daemon=True)
+        self.thread.start()
+
+    def epochs_in_mlflow(self) -> int:
         try:
-            client = MlflowClient(uri)
+            client = MlflowClient(self.uri)
             experiment = client.get_experiment_by_name("jsb_optimization")
             runs = client.search_runs([experiment.experiment_id], "tags.kind = 'trial'")
         except Exception:  # noqa: BLE001 - the store is being made
             return 0
         return sum(int(r.data.metrics.get("epoch", 0)) for r in runs)
 
-    requeued, restarts = False, 0
-    deadline = time.monotonic() + 900
-    while True:
-        fields = slurm.job(job_id)
-        if fields["JobState"] in ENDED:
-            break
-        if fields["JobState"] == "PENDING" and int(fields["Restarts"]) > restarts:
-            restarts = int(fields["Restarts"])
-            timeline.append((f"pending after restart {restarts}; released", time.time()))
-            slurm.release(job_id)
-        if not requeued and fields["JobState"] == "RUNNING" and epochs_in_mlflow() >= 2:
-            before = epochs_in_mlflow()
-            slurm.scontrol("requeue", job_id)
-            requeued = True
-            timeline.append((f"requeued by the test at {before} trial-epochs", time.time()))
-        assert time.monotonic() < deadline, fields
-        time.sleep(1)
-    output = (job_dir / f"slurm-{job_id}.out").read_text()
+    def _drive(self):
+        restarts, deadline = 0, time.monotonic() + 1500
+        try:
+            while not self.stopping.is_set():
+                fields = self.slurm.job(self.job_id)
+                if fields["JobState"] in ENDED:
+                    self.fields = fields
+                    return
+                if fields["JobState"] == "PENDING" and int(fields["Restarts"]) > restarts:
+                    restarts = int(fields["Restarts"])
+                    self.timeline.append(
+                        (f"pending after restart {restarts}; released", time.time())
+                    )
+                    self.slurm.release(self.job_id)
+                if (
+                    not self.requeued
+                    and fields["JobState"] == "RUNNING"
+                    and self.epochs_in_mlflow() >= 2
+                ):
+                    before = self.epochs_in_mlflow()
+                    self.slurm.scontrol("requeue", self.job_id)
+                    self.requeued = True
+                    self.timeline.append(
+                        (f"requeued by the test at {before} trial-epochs", time.time())
+                    )
+                assert time.monotonic() < deadline, fields
+                time.sleep(1)
+        except BaseException as error:  # noqa: BLE001 - raised again in the test
+            self.error = error
+
+    def ended(self) -> dict:
+        """The job's fields once it has ended (raises what went wrong in the thread)."""
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        assert self.fields is not None, "the session ended before the job"
+        return self.fields
+
+    def stop(self):
+        """At the session's end: cancel the job if it still runs."""
+        self.stopping.set()
+        self.thread.join()
+        if self.fields is None:
+            subprocess.run(
+                ["scancel", self.job_id], env={**os.environ, **self.slurm.env}, timeout=30
+            )
+
+
+def test_a_sweep_requeued_then_timed_out_twice_goes_on_to_its_end(requeued_sweep):
+    """A requeue (as an admin or a preemption does) mid-sweep, then Slurm's time limit: its
+    warning signal stops the sweep (Tune's state saved, trials stopped) and the job requeues
+    itself, again and again. The sweep finishes on the same parent run, every trial's history
+    complete and without duplicates; a trial that had a checkpoint went on from it. The job
+    ran beside the tests before this one (`RequeuedSweep`)."""
+    job, epochs = requeued_sweep, RequeuedSweep.EPOCHS
+    fields = job.ended()
+    output = (job.cwd / "sweeps" / "long" / "slurm" / f"slurm-{job.job_id}.out").read_text()
     assert fields["JobState"] == "COMPLETED" and fields["ExitCode"] == "0:0", output[-4000:]
-    assert requeued, output[-4000:]
+    assert job.requeued, output[-4000:]
     runs_of_the_job = re.findall(r"job \d+ \(restart (\d+)\)", output)
     assert runs_of_the_job == [str(n) for n in range(len(runs_of_the_job))]
     assert len(runs_of_the_job) >= 3, output[-4000:]  # a requeue and a time limit at least
     assert output.count("stopped by Slurm's warning signal") >= 1, output[-4000:]
-    client = MlflowClient(uri)
+    client = MlflowClient(job.uri)
     experiment = client.get_experiment_by_name("jsb_optimization").experiment_id
     (parent,) = client.search_runs([experiment], "tags.kind = 'sweep'")
     assert parent.info.status == "FINISHED"
@@ -303,13 +353,13 @@ def test_a_sweep_requeued_then_timed_out_twice_goes_on_to_its_end(slurm, tmp_pat
     check_child_runs(client, runs, 2)
     for run in runs:
         assert_full_histories(client, run, epochs)
-    storage = tmp_path / "sweeps" / "long"
+    storage = job.cwd / "sweeps" / "long"
     restored = 0
     for trial in storage.glob("run_trial_*"):
         rows = [json.loads(line) for line in (trial / "result.json").read_text().splitlines()]
         if len({r["pid"] for r in rows}) > 1:  # it ran in more than one of the job's runs
             assert_went_on_from_a_checkpoint(rows, epochs)
             restored += 1
-    # 240 trial-epochs outlast a run of the job: some trial went on from its checkpoint
+    # 400 trial-epochs outlast a run of the job: some trial went on from its checkpoint
     assert restored >= 1, output[-4000:]
-    print("\n".join(f"{t - timeline[0][1]:6.1f} s  {what}" for what, t in timeline))
+    print("\n".join(f"{t - job.timeline[0][1]:6.1f} s  {what}" for what, t in job.timeline))
