@@ -316,7 +316,7 @@ def test_compat_modules_check_the_installed_version(monkeypatch):
 
     for module, distribution, use in [
         (ray_compat, "ray", lambda: ray_compat.is_checkpoint("checkpoint_000001")),
-        (ray_compat, "ray", lambda: ray_compat.saved_trial_ids('{"trial_data": []}')),
+        (ray_compat, "ray", lambda: ray_compat.saved_trial_ids({"trial_data": []})),
         (mlflow_compat, "mlflow", mlflow_compat.metric_histories_sql),
         (mlflow_compat, "mlflow", lambda: mlflow_compat.dataset_input_tags("training")),
     ]:

@@ -54,6 +54,12 @@ def newest_experiment_state(names: list[str]) -> str | None:
     return _newest(names, EXPERIMENT_STATE)
 
 
+def load_experiment_state(data: bytes) -> dict:
+    """A saved experiment state's bytes, parsed as Tune's restore parses them."""
+    _check("Tune's saved experiment state")
+    return json.loads(data)
+
+
 def newest_saved_states(names: list[str]) -> list[tuple[str, object]]:
     """(name, loader) of the newest file of each kind of saved state that Tune's resume
     reads, among the file names `names`: the loader is how Tune reads its bytes (the searcher's
@@ -61,7 +67,7 @@ def newest_saved_states(names: list[str]) -> list[tuple[str, object]]:
     from ray import cloudpickle
 
     kinds = {
-        EXPERIMENT_STATE: json.loads,
+        EXPERIMENT_STATE: load_experiment_state,
         r"basic-variant-state-.*\.json": cloudpickle.loads,
         SEARCH_STATE: cloudpickle.loads,
         SEARCHER_STATE: pickle.loads,
@@ -104,31 +110,33 @@ def _newest(names: list[str], pattern: str) -> str | None:
     return max((name for name in names if re.fullmatch(pattern, name)), default=None)
 
 
-def _saved_trials(state_text: str) -> list[tuple[dict, dict]]:
-    """(trial info, run state) of each trial in a saved experiment state's text."""
+def _saved_trials(state: dict) -> list[tuple[dict, object]]:
+    """(trial info, run state as saved) of each trial in a saved experiment state, parsed:
+    the info decoded, the run state not yet (`_decoded`)."""
     _check("Tune's saved experiment state")
-    return [
-        tuple(json.loads(part) if isinstance(part, str) else part for part in trial)
-        for trial in json.loads(state_text)["trial_data"]
-    ]
+    return [(_decoded(info), run) for info, run in state["trial_data"]]
 
 
-def saved_trial_ids(state_text: str) -> set[str]:
-    """The ids of the trials in a saved experiment state's text."""
-    return {info["trial_id"] for info, _ in _saved_trials(state_text)}
+def _decoded(part) -> dict:
+    return json.loads(part) if isinstance(part, str) else part
 
 
-def resumable_checkpoints(state_text: str) -> list[tuple[str, str | None]]:
+def saved_trial_ids(state: dict) -> set[str]:
+    """The ids of the trials in a saved experiment state, parsed."""
+    return {info["trial_id"] for info, _ in _saved_trials(state)}
+
+
+def resumable_checkpoints(state: dict) -> list[tuple[str, str | None]]:
     """(trial folder relative to the experiment, name of its newest checkpoint or None) of
-    each trial in a saved experiment state's text that a resume runs again: every one but
+    each trial in a saved experiment state, parsed, that a resume runs again: every one but
     those that finished (TERMINATED)."""
     from ray.tune.experiment import Trial
 
     found = []
-    for info, run in _saved_trials(state_text):
+    for info, run in _saved_trials(state):
         if info["status"] == Trial.TERMINATED:
             continue
-        manager = run.get("checkpoint_manager") or {}
+        manager = _decoded(run).get("checkpoint_manager") or {}
         saved = (
             bytes.fromhex(manager["value"]).decode("latin-1")  # its pickle, not loaded
             if manager.get("_type") == "CLOUDPICKLE_FALLBACK"

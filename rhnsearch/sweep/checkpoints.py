@@ -73,31 +73,35 @@ def prune(filesystem, folder: str, names: list[str] | None, keep: str):
             filesystem.delete_dir(f"{folder}/{name}")
 
 
-def saved_state(round_dir: str) -> str | None:
-    """The text of Tune's newest saved experiment state (None without one)."""
-    state = ray_compat.newest_experiment_state(storage.listdir(round_dir))
-    return None if state is None else storage.read_text(storage.join(round_dir, state))
+def saved_state(round_dir: str) -> dict | None:
+    """Tune's newest saved experiment state, parsed (None without one)."""
+    name = ray_compat.newest_experiment_state(storage.listdir(round_dir))
+    if name is None:
+        return None
+    return ray_compat.load_experiment_state(storage.read_bytes(storage.join(round_dir, name)))
 
 
 def saved_trial_ids(round_dir: str) -> set[str] | None:
     """The trials in Tune's newest saved experiment state, or None where there is no such
     state or it is not laid out as expected (a Ray release that renames or changes it):
     nothing can be concluded from it then."""
-    state = saved_state(round_dir)
-    if state is None:
-        return None
     try:
-        return ray_compat.saved_trial_ids(state)
-    except (KeyError, TypeError, ValueError):
+        state = saved_state(round_dir)
+        return None if state is None else ray_compat.saved_trial_ids(state)
+    except (KeyError, TypeError, ValueError):  # (a file cut short: json's ValueError)
         return None
 
 
-def check_saved_state(round_dir: str):
+def check_saved_state(round_dir: str) -> dict | None:
     """Refuse, in one line, a resume whose saved Tune state cannot be read (a file cut short):
-    Tune would log the error and start the whole round again, with empty configs."""
-    for name, load in ray_compat.newest_saved_states(storage.listdir(round_dir)):
+    Tune would log the error and start the whole round again, with empty configs. Returns
+    Tune's newest saved experiment state, parsed (`saved_state`; read once: 201 MB of JSON at
+    6,962 trials)."""
+    names = storage.listdir(round_dir)
+    experiment, state = ray_compat.newest_experiment_state(names), None
+    for name, load in ray_compat.newest_saved_states(names):
         try:
-            load(storage.read_bytes(storage.join(round_dir, name)))
+            loaded = load(storage.read_bytes(storage.join(round_dir, name)))
         except Exception as exc:  # whatever the loader raises, the file cannot be read
             raise UserError(
                 f"Tune's saved state {name} in {round_dir} cannot be read "
@@ -105,11 +109,14 @@ def check_saved_state(round_dir: str):
                 "sweep cannot be resumed; start it again with `rhnsearch sweep "
                 "run` under another --name"
             ) from None
+        if name == experiment:
+            state = loaded
+    return state
 
 
-def stale_checkpoints(round_dir: str, state: str | None) -> list[tuple[str, str]]:
+def stale_checkpoints(round_dir: str, state: dict | None) -> list[tuple[str, str]]:
     """(trial dir, checkpoint name) of each trial a resume runs again whose latest checkpoint
-    in Tune's saved state (its text, `saved_state`) is no longer in the storage."""
+    in Tune's saved experiment state (`saved_state`) is no longer in the storage."""
     stale = []
     for folder, named in ray_compat.resumable_checkpoints(state) if state is not None else []:
         trial_dir = storage.join(round_dir, folder)
@@ -118,9 +125,9 @@ def stale_checkpoints(round_dir: str, state: str | None) -> list[tuple[str, str]
     return stale
 
 
-def repair_checkpoint_names(round_dir: str, state: str | None):
-    """Give each stale trial the first complete checkpoint after the one Tune's saved state
-    (its text, `saved_state`) names."""
+def repair_checkpoint_names(round_dir: str, state: dict | None):
+    """Give each stale trial the first complete checkpoint after the one Tune's saved
+    experiment state (`saved_state`) names."""
     try:
         stale = stale_checkpoints(round_dir, state)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -150,10 +157,10 @@ def repair_checkpoint_names(round_dir: str, state: str | None):
             )
 
 
-def align_search_states(round_dir: str, state: str | None):
+def align_search_states(round_dir: str, state: dict | None):
     """Make Tune's saved search state and the searcher's count the trials of Tune's saved
-    experiment state (its text, `saved_state`), no more and no fewer: the slots after them
-    are asked for again."""
+    experiment state (`saved_state`), no more and no fewer: the slots after them are asked
+    for again."""
     if state is None:
         return
     search, searcher = ray_compat.newest_search_states(storage.listdir(round_dir))

@@ -53,7 +53,6 @@ from .checkpoints import (
     align_search_states,
     check_saved_state,
     repair_checkpoint_names,
-    saved_state,
 )
 from .close import close_sweep
 from .confirm import confirmation
@@ -370,10 +369,9 @@ def resume_sweep(name: str, *, address: str | None = None, storage_path: str | N
         start_ray(address, space.cell_modules)
         return finish(build_tuner(space, record), record)
     read_moved_modules()
-    check_saved_state(round_dir)
+    state = check_saved_state(round_dir)
     storage.remove_leftovers(round_dir)
     start_ray(address, space.cell_modules)
-    state = saved_state(round_dir)  # (read for both: 201 MB of JSON at 6,962 trials)
     repair_checkpoint_names(round_dir, state)
     align_search_states(round_dir, state)
     mark_resumed(record)
