@@ -23,6 +23,7 @@ from rhnsearch.compat import ray as ray_compat
 from rhnsearch.search.scheduler import CellASHAScheduler, LiveFIFOScheduler, setting_key
 from rhnsearch.search.space import load_space
 from rhnsearch.sweep.checkpoints import KeepNewestCheckpoint
+from rhnsearch.sweep.ended_trials import ForgetEndedTrialsMetrics
 from rhnsearch.sweep.layout import SCHEDULER_STATE_FILE
 from rhnsearch.sweep.lifecycle import build_scheduler
 
@@ -509,3 +510,40 @@ def test_tune_holds_only_the_newest_checkpoint_of_each_trial(local_ray, tmp_path
     for _, run in json.loads(state.read_text())["trial_data"]:
         manager = bytes.fromhex(json.loads(run)["checkpoint_manager"]["value"])  # its pickle
         assert set(re.findall(rb"checkpoint_\d{6}", manager)) == {newest.encode()}
+
+
+def test_tune_keeps_only_the_sweeps_metric_of_an_ended_trial(local_ray, tmp_path):
+    """A sweep's ForgetEndedTrialsMetrics: each trial reports 3 metrics for 5 epochs (one
+    fails at its third); once it has ended, completed or failed, Tune's record of it holds the
+    running statistics of the sweep's metric alone (Tune would hold those of the 3 and of its
+    own 8), as its saved experiment state shows; Tune's ExperimentAnalysis still finds the
+    best trial by that metric's mean. Each trial's last result keeps every metric."""
+
+    def trainable(config):
+        for epoch in range(1, 6):
+            if config["x"] == 1 and epoch == 3:
+                raise RuntimeError("diverged")
+            tune.report({"valid_loss": config["x"] + 1 / epoch, "epoch": epoch, "lr": 0.1})
+
+    results = tune.Tuner(
+        trainable,
+        param_space={"x": tune.grid_search([0, 1])},
+        tune_config=tune.TuneConfig(metric="valid_loss", mode="min"),
+        run_config=tune.RunConfig(
+            name="ended",
+            storage_path=str(tmp_path),
+            verbose=0,
+            callbacks=[ForgetEndedTrialsMetrics("valid_loss")],
+        ),
+    ).fit()
+    assert len(results) == 2 and len(results.errors) == 1
+    assert all({"epoch", "lr", "valid_loss"} <= r.metrics.keys() for r in results)
+    (state,) = (tmp_path / "ended").glob("experiment_state-*.json")
+    trial_data = json.loads(state.read_text())["trial_data"]
+    statuses = sorted(json.loads(info)["status"] for info, _ in trial_data)
+    assert statuses == [Trial.ERROR, Trial.TERMINATED]
+    for _, run in trial_data:
+        run = json.loads(run)
+        assert run["metric_analysis"].keys() == run["metric_n_steps"].keys() == {"valid_loss"}
+    best = results.get_best_result(scope="avg")
+    assert best.config["x"] == 0 and best.metrics["valid_loss"] == 0.2

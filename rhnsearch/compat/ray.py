@@ -147,6 +147,15 @@ def resumable_checkpoints(state: dict) -> list[tuple[str, str | None]]:
     return found
 
 
+def keep_metric_statistics(trial, metric: str):
+    """Let Tune's record of `trial` hold the running statistics (max, min, mean, the last 5
+    and 10 values) of `metric` alone, as it ends (sweep/ended_trials.py)."""
+    _check("Tune's metric statistics of a trial")
+    metadata = trial.run_metadata  # (its attributes set anew: Tune's JSON of it is redone)
+    metadata.metric_analysis = {k: v for k, v in metadata.metric_analysis.items() if k == metric}
+    metadata.metric_n_steps = {k: v for k, v in metadata.metric_n_steps.items() if k == metric}
+
+
 def forget_checkpoints(trial):
     """Let Tune's checkpoint manager of `trial` hold none of the checkpoints it registered:
     called as the trial registers a newer one (which the manager then holds, alone), once its

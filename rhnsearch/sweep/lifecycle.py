@@ -56,6 +56,7 @@ from .checkpoints import (
 )
 from .close import close_sweep
 from .confirm import confirmation
+from .ended_trials import ForgetEndedTrialsMetrics
 from .layout import LOCAL_SWEEPS, SweepPaths, round_name, sweep_storage
 from .record import Confirmation, Round, SweepRecord, read_record, write_record
 from .trainable import run_trial
@@ -308,7 +309,7 @@ def build_tuner(space: Space, record: SweepRecord, function=run_trial) -> tune.T
             name=round_name(name, len(record.rounds) - 1),
             storage_path=path,
             storage_filesystem=filesystem,
-            callbacks=[tracker, KeepNewestCheckpoint()],
+            callbacks=[tracker, KeepNewestCheckpoint(), ForgetEndedTrialsMetrics(METRIC)],
             failure_config=tune.FailureConfig(max_failures=2),
             verbose=1,
         ),
