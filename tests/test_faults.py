@@ -1178,6 +1178,43 @@ def test_a_journal_the_sender_never_catches_up_with_keeps_only_its_unsent_record
     assert not reopened.path.exists()
 
 
+def test_a_sender_working_through_a_long_journal_reads_and_rewrites_it_in_linear_time(
+    tmp_path, monkeypatch
+):
+    """A resumed driver's sender may find thousands of records a killed driver never sent. It
+    reads them a batch at a time from the journal (the lines already sent are skipped, not
+    parsed: a sent line that is damaged hides nothing after it), and the journal is rewritten
+    only once half of COMPACT_BYTES has been sent since, not at every batch."""
+    from rhnsearch.tracking import journal as journals
+
+    monkeypatch.setattr(journals, "COMPACT_BYTES", 4096)
+    journal = journals.Journal(tmp_path)
+    for n in range(1, 601):
+        journal.append({"trial_id": f"t{n % 7}", "metrics": [["loss", 1.0 / n, 0, n]]})
+    size = journal.path.stat().st_size
+    assert size > 8 * 4096
+    rewrites, inode, read = 0, journal.path.stat().st_ino, []
+    while journal.sent() < 600:
+        batch = journal.records(journal.sent(), 5)
+        assert [r["seq"] for r in batch] == list(range(journal.sent() + 1, journal.sent() + 6))
+        read += batch
+        journal.ack(batch[-1]["seq"])
+        if journal.path.exists() and journal.path.stat().st_ino != inode:
+            rewrites, inode = rewrites + 1, journal.path.stat().st_ino
+            assert journal.path.read_text().startswith('{"trial_id"')  # whole lines kept
+    assert [r["seq"] for r in read] == list(range(1, 601)) and not journal.path.exists()
+    assert 0 < rewrites <= size // 2048, rewrites  # at every ack past 4 kB: over 100
+
+    journal = journals.Journal(tmp_path / "other")  # a sent line damaged hides nothing
+    for n in range(1, 6):
+        journal.append({"trial_id": "t", "metrics": [["loss", 1.0, 0, n]]})
+    journal.ack(2)
+    text = journal.path.read_text().splitlines(keepends=True)
+    journal.path.write_text(text[0] + '{"trial_id": "t", "metr' + text[1][-12:] + "".join(text[2:]))
+    assert [r["seq"] for r in journal.records(2)] == [3, 4, 5]
+    assert [r["seq"] for r in journal.records(1)] == []  # an unsent one damaged ends the list
+
+
 def test_resumed_driver_leaves_finished_runs_as_they_were(tmp_path):
     """A trial that finished in MLflow just before the driver died may still be running in
     Tune's saved state, so the resumed sweep completes it again: its run keeps its end time

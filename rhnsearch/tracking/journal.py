@@ -7,6 +7,7 @@ a resume on another machine sends them (`sweep.layout`: PENDING_FILE, SENT_FILE)
 
 import json
 import os
+import re
 import threading
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from ..cluster import storage
 from ..sweep.layout import PENDING_FILE, SENT_FILE
 
 COMPACT_BYTES = 4 << 20  # a journal this large is rewritten with its unsent records only
+NUMBER = re.compile(r'"seq": (\d+)}$')  # a line's number: `append` writes it last
 
 
 def lines(records: list[dict]) -> str:
@@ -44,7 +46,7 @@ class Journal:
         self.mirror = mirror
         self.lock = threading.Lock()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.last = max([self.sent(), *(r["seq"] for r in self.records())])
+        self.last = max([self.sent(), *(r["seq"] for r in self.records(self.sent()))])
         left = parse(storage.read_text(mirror) or "") if mirror else []
         for record in left:
             if record["seq"] > self.last:  # left by a driver on another machine
@@ -54,10 +56,22 @@ class Journal:
     def sent(self) -> int:
         return int(self.sent_path.read_text()) if self.sent_path.exists() else 0
 
-    def records(self, after: int = 0) -> list[dict]:
-        """The journal's records numbered above `after`."""
-        found = parse(self.path.read_text()) if self.path.exists() else []
-        return [r for r in found if r["seq"] > after]
+    def records(self, after: int = 0, limit: int | None = None) -> list[dict]:
+        """The journal's records numbered above `after`, the first `limit` of them (None: all).
+        The lines numbered up to `after` are skipped unparsed: a sender that catches up
+        with a long journal would otherwise parse it whole for each batch it reads."""
+        found = []
+        text = self.path.read_text() if self.path.exists() else ""
+        for line in text[_unsent_start(text, after) :].splitlines():
+            if limit is not None and len(found) == limit:
+                break
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                break  # a line cut short by a dying driver ends the list
+            if record["seq"] > after:
+                found.append(record)
+        return found
 
     def append(self, record: dict, seq: int | None = None) -> dict:
         with self.lock:
@@ -90,8 +104,10 @@ class Journal:
 
     def ack(self, seq: int):
         """Record that MLflow has every record up to `seq`; drop the file once it has all, and
-        rewrite it with the records after `seq` once it has grown past COMPACT_BYTES (a sweep
-        whose sender never quite catches up would keep every record it ever made)."""
+        once it has grown past COMPACT_BYTES, rewrite it with the lines after `seq` (a sweep
+        whose sender never quite catches up would keep every record it ever made). It is
+        rewritten only once half that much has been sent, so a sender that works through a
+        long journal does not copy what is left of it at every batch."""
         tmp = self.sent_path.with_suffix(".tmp")
         tmp.write_text(str(seq))
         os.replace(tmp, self.sent_path)
@@ -99,9 +115,25 @@ class Journal:
             if seq == self.last:
                 self.path.unlink(missing_ok=True)
             elif self.path.exists() and self.path.stat().st_size > COMPACT_BYTES:
+                text = self.path.read_text()
+                start = _unsent_start(text, seq)
+                if start < COMPACT_BYTES // 2:
+                    return
                 kept = self.path.with_suffix(".tmp")
                 with open(kept, "w") as out:
-                    out.write(lines(self.records(seq)))
+                    out.write(text[start:])
                     out.flush()
                     os.fsync(out.fileno())
                 os.replace(kept, self.path)
+
+
+def _unsent_start(text: str, sent: int) -> int:
+    """Where in a journal's TEXT its first line numbered above SENT starts (or the first line
+    whose number is not at its end, which is parsed), read without parsing the lines."""
+    start = 0
+    for line in text.splitlines(keepends=True):
+        number = NUMBER.search(line.rstrip("\n"))
+        if number is None or int(number[1]) > sent:
+            break
+        start += len(line)
+    return start
