@@ -147,6 +147,26 @@ def resumable_checkpoints(state: dict) -> list[tuple[str, str | None]]:
     return found
 
 
+def restored_tuner(path: str, trainable, *, storage_filesystem=None):
+    """Tune's Tuner restored from PATH, its unfinished and errored trials to run again, without
+    the ExperimentAnalysis that Tune builds of the saved trials at the restore and keeps through
+    the whole fit (nothing reads it before the fit's own results replace it): a second copy of
+    every trial, some 0.1 MB each."""
+    from ray import tune
+
+    tuner = tune.Tuner.restore(
+        path,
+        trainable,
+        resume_unfinished=True,
+        resume_errored=True,
+        storage_filesystem=storage_filesystem,
+    )
+    _check("the Tuner's restored ExperimentAnalysis")
+    if tuner._local_tuner is not None:  # None only through Ray Client, which rhnsearch does not use
+        tuner._local_tuner._experiment_analysis = None
+    return tuner
+
+
 def keep_metric_statistics(trial, metric: str):
     """Let Tune's record of `trial` hold the running statistics (max, min, mean, the last 5
     and 10 values) of `metric` alone, as it ends (sweep/ended_trials.py)."""

@@ -375,14 +375,11 @@ def resume_sweep(name: str, *, address: str | None = None, storage_path: str | N
     start_ray(address, space.cell_modules)
     repair_checkpoint_names(round_dir, state)
     align_search_states(round_dir, state)
+    del state  # tens of MB at thousands of trials: not held through the sweep
     mark_resumed(record)
-    return finish(
-        tune.Tuner.restore(
-            path,
-            trainable(space, record.cells),
-            resume_unfinished=True,
-            resume_errored=True,
-            storage_filesystem=filesystem,
+    return finish(  # the Tuner passed, not kept: finish lets it go before the close
+        ray_compat.restored_tuner(
+            path, trainable(space, record.cells), storage_filesystem=filesystem
         ),
         record,
     )
