@@ -36,7 +36,7 @@ size as it finishes, then one JSON line.
         [--scheduler cell_asha|asha] [--store sqlite|postgres] [--storage dir|bucket]
         [--slots 64] [--epochs 40] [--epoch-ms 5] [--histories FILE.parquet |
         --synthetic-curves] [--keep DIR] [--trace-memory] [--memray DIR]
-        [--plain-tune [--plain-with storage|limit|searcher ...]] [--kill-at K]
+        [--plain-tune [--plain-with storage|limit|searcher ...]] [--kill-at K | --resume-kept WORK]
 
 --plain-tune runs the same trials in plain Tune instead, for the driver's cost that is Tune's
 own: the same simulated trials and cells, Tune's random search and its ASHA at the same rungs,
@@ -45,7 +45,9 @@ it (`plain_tune`), to tell which of them grows.
 --kill-at K SIGKILLs the driver once K trials have ended and resumes the sweep (`sweep resume`'s
 code, the trials simulated as before) in a fresh process: the row is the resume's, with the
 seconds from its start to its first trial's, and the records lost and settings run twice
-over both drivers. --keep keeps each size's store and storage for a look afterwards;
+over both drivers. --resume-kept WORK does that second half alone, on a sweep that --keep
+kept in WORK and whose driver was killed (with the options of the run that made it).
+--keep keeps each size's store and storage for a look afterwards;
 --trace-memory traces the driver's Python allocations (slower: not for timing) and prints, per
 phase, its RSS and Python heap at the phase's start and end and the source lines whose live
 allocations grew the most.
@@ -479,15 +481,23 @@ def run_driver(args, trials: int, work: Path, uri: str, root: str, env: dict) ->
     MLflow runs ended), then `drive --resume` in another: the resume's answer, with "killed":
     the trials ended and the wall seconds at the kill, and the seconds from the resume's start
     to the first trial it starts."""
+    if args.resume_kept:  # its driver killed before this run
+        return resumed(args, trials, work, uri, root, env, {"trials_ended": ended_trials(uri)})
     if not args.kill_at:
         return driven(args, trials, work, uri, root, env)
     start = time.monotonic()
     driven(args, trials, work, uri, root, env, until=lambda: ended_trials(uri) >= args.kill_at)
     killed = {"trials_ended": ended_trials(uri), "after_s": time.monotonic() - start}
-    resumed = time.time()
+    return resumed(args, trials, work, uri, root, env, killed)
+
+
+def resumed(args, trials, work, uri, root, env, killed: dict) -> dict:
+    """`drive --resume` of the sweep in WORK, whose driver was killed: its answer, with
+    "killed": KILLED and the seconds from the resume's start to the first trial it starts."""
+    start = time.time()
     answer = driven(args, trials, work, uri, root, env, "--resume")
     starts = [float(t) for t in (work / STARTS).read_text().split()]
-    answer["killed"] = {**killed, "first_trial_s": min(t for t in starts if t > resumed) - resumed}
+    answer["killed"] = {**killed, "first_trial_s": min(t for t in starts if t > start) - start}
     return answer
 
 
@@ -713,7 +723,9 @@ def settings_run_twice(history: Path) -> int:
 def measure(args, trials: int) -> dict:
     """One size: the sweep's driver, its storage, the commands and the records lost."""
     with ExitStack() as services:
-        if args.keep:  # a folder per size, kept for a look afterwards
+        if args.resume_kept:
+            work = args.resume_kept
+        elif args.keep:  # a folder per size, kept for a look afterwards
             kind = "plain" if args.plain_tune else f"{args.search}-{args.store}-{args.storage}"
             work = args.keep / f"{kind}-{trials}"
             work.mkdir(parents=True)
@@ -819,6 +831,13 @@ def main():
         type=int,
         help="SIGKILL the driver once this many trials have ended, then `sweep resume` it",
     )
+    p.add_argument(
+        "--resume-kept",
+        type=Path,
+        metavar="WORK",
+        help="resume the sweep a --keep run left in WORK (KEEP/KIND-TRIALS) after its driver "
+        "was killed, as --kill-at's second half (with that run's options)",
+    )
     for hidden in ("--uri", "--root", "--ray-dir", "--result"):
         p.add_argument(hidden, help=argparse.SUPPRESS)
     for hidden in ("--driver", "--resume"):
@@ -828,8 +847,10 @@ def main():
         p.error("--plain-tune runs on --storage dir only")
     if args.plain_with and not args.plain_tune:
         p.error("--plain-with goes with --plain-tune")
-    if args.kill_at and (args.plain_tune or args.store != "sqlite"):
-        p.error("--kill-at goes with rhnsearch's driver on --store sqlite")
+    if (args.kill_at or args.resume_kept) and (args.plain_tune or args.store != "sqlite"):
+        p.error("--kill-at and --resume-kept go with rhnsearch's driver on --store sqlite")
+    if args.resume_kept and (args.kill_at or args.keep or len(args.trials) != 1):
+        p.error("--resume-kept takes one --trials, the kept run's, and no --kill-at or --keep")
     if args.driver:
         Path(args.result).write_text(json.dumps(drive(args)))
         return
@@ -864,9 +885,10 @@ def main():
             )
             if "killed" in rows[-1]:
                 killed = rows[-1]["killed"]
+                after = f" ({killed['after_s']:.0f} s)" if "after_s" in killed else ""
                 print(
-                    f"  killed once {killed['trials_ended']} trials had ended "
-                    f"({killed['after_s']:.0f} s); the resume started a trial "
+                    f"  killed once {killed['trials_ended']} trials had ended{after}; "
+                    f"the resume started a trial "
                     f"{killed['first_trial_s']:.1f} s after its own start; "
                     f"settings run twice: {rows[-1]['doubled']}",
                     flush=True,

@@ -1215,6 +1215,31 @@ def test_a_sender_working_through_a_long_journal_reads_and_rewrites_it_in_linear
     assert [r["seq"] for r in journal.records(1)] == []  # an unsent one damaged ends the list
 
 
+def test_a_line_torn_by_a_machine_gone_down_does_not_swallow_the_next_drivers_records(
+    tmp_path,
+):
+    """A machine that goes down may leave the journal's last line torn (its end never reached
+    the disk). The next driver's journal cuts it off, so that what it appends starts a line of
+    its own and is sent; a last line that is whole but for its newline is kept."""
+    from rhnsearch.tracking import journal as journals
+
+    journal = journals.Journal(tmp_path)
+    for n in range(1, 4):
+        journal.append({"trial_id": "t", "metrics": [["loss", 1.0, 0, n]]})
+    journal.ack(1)
+    text = journal.path.read_text()
+    journal.path.write_text(text[: text.rindex("\n", 0, -1) + 20])  # record 3 torn
+    reopened = journals.Journal(tmp_path)
+    assert reopened.last == 2
+    reopened.append({"trial_id": "t", "metrics": [["loss", 2.0, 0, 4]]})
+    assert [(r["seq"], r["metrics"][0][3]) for r in reopened.records(1)] == [(2, 2), (3, 4)]
+
+    reopened.path.write_text(reopened.path.read_text().rstrip("\n"))  # only the newline lost
+    again = journals.Journal(tmp_path)
+    again.append({"trial_id": "t", "metrics": [["loss", 3.0, 0, 5]]})
+    assert [r["seq"] for r in again.records(1)] == [2, 3, 4]
+
+
 def test_resumed_driver_leaves_finished_runs_as_they_were(tmp_path):
     """A trial that finished in MLflow just before the driver died may still be running in
     Tune's saved state, so the resumed sweep completes it again: its run keeps its end time

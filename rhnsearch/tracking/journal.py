@@ -46,12 +46,29 @@ class Journal:
         self.mirror = mirror
         self.lock = threading.Lock()
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._cut_torn_line()
         self.last = max([self.sent(), *(r["seq"] for r in self.records(self.sent()))])
         left = parse(storage.read_text(mirror) or "") if mirror else []
         for record in left:
             if record["seq"] > self.last:  # left by a driver on another machine
                 self.append(record, record["seq"])
         self.mirrored = bool(left)
+
+    def _cut_torn_line(self):
+        """Cut off a last line torn by a machine that went down: the next record appended
+        would join it and be lost with it. A last record whole but for its newline gets one.
+        (Records are ASCII, json.dumps escapes the rest: characters are bytes.)"""
+        text = self.path.read_text() if self.path.exists() else ""
+        if text.endswith("\n") or not text:
+            return
+        start = text.rfind("\n") + 1
+        try:
+            json.loads(text[start:])
+        except json.JSONDecodeError:
+            os.truncate(self.path, start)
+            return
+        with open(self.path, "a") as out:
+            out.write("\n")
 
     def sent(self) -> int:
         return int(self.sent_path.read_text()) if self.sent_path.exists() else 0
