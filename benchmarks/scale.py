@@ -46,7 +46,7 @@ it (`plain_tune`), to tell which of them grows.
 code, the trials simulated as before) in a fresh process: the row is the resume's, with the
 seconds from its start to its first trial's, and the records lost and settings run twice
 over both drivers. --resume-kept WORK does that second half alone, on a sweep that --keep
-kept in WORK and whose driver was killed (with the options of the run that made it).
+kept in WORK and whose driver was killed (with the options of the run that made it), in place.
 --keep keeps each size's store and storage for a look afterwards;
 --trace-memory traces the driver's Python allocations (slower: not for timing) and prints, per
 phase, its RSS and Python heap at the phase's start and end and the source lines whose live
@@ -551,6 +551,14 @@ def ended_trials(uri: str) -> int:
         return 0
 
 
+def kept_in_place(work: Path) -> bool:
+    """Whether the sweep in WORK records WORK's store: a resumed sweep sends its records to
+    the store its record names, and Tune's restored callbacks and scheduler write where the
+    sweep first ran, so a copy's resume would write into the original."""
+    record = json.loads((work / "sweeps" / NAME / "rhnsearch_sweep.json").read_text())
+    return record["tracking_uri"] == f"sqlite:///{work.resolve() / 'mlflow.db'}"
+
+
 def kill_ray(ray_dir: Path):
     """Kill the processes of the Ray whose temp dir is RAY_DIR that are still alive (those
     naming it, and their children: its workers name only their task), by pid; remove it."""
@@ -851,6 +859,8 @@ def main():
         p.error("--kill-at and --resume-kept go with rhnsearch's driver on --store sqlite")
     if args.resume_kept and (args.kill_at or args.keep or len(args.trials) != 1):
         p.error("--resume-kept takes one --trials, the kept run's, and no --kill-at or --keep")
+    if args.resume_kept and not kept_in_place(args.resume_kept):
+        p.error(f"{args.resume_kept} is not where its run kept it: resume it there, not a copy")
     if args.driver:
         Path(args.result).write_text(json.dumps(drive(args)))
         return
