@@ -480,7 +480,7 @@ def run_driver(args, trials: int, work: Path, uri: str, root: str, env: dict) ->
     """`drive` in a fresh process; with --kill-at K, SIGKILLed once K trials have ended (their
     MLflow runs ended), then `drive --resume` in another: the resume's answer, with "killed":
     the trials ended and the wall seconds at the kill, and the seconds from the resume's start
-    to the first trial it starts."""
+    to the first trial it starts. With --resume-kept, the resume alone."""
     if args.resume_kept:  # its driver killed before this run
         return resumed(args, trials, work, uri, root, env, {"trials_ended": ended_trials(uri)})
     if not args.kill_at:

@@ -295,7 +295,7 @@ class RequeuedSweep:
                     return
                 if fields["JobState"] == "PENDING" and int(fields["Restarts"]) > restarts:
                     restarts = int(fields["Restarts"])
-                    if self.requeued and self.TIMED_OUT in self.output() and not raised:
+                    if not raised and self.requeued and self.TIMED_OUT in self.output():
                         self.slurm.scontrol("update", f"JobId={self.job_id}", "TimeLimit=30")
                         raised = True
                         self.timeline.append(("timed out; limit raised to 30 min", time.time()))

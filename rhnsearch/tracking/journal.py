@@ -57,18 +57,24 @@ class Journal:
     def _cut_torn_line(self):
         """Cut off a last line torn by a machine that went down: the next record appended
         would join it and be lost with it. A last record whole but for its newline gets one.
-        (Records are ASCII, json.dumps escapes the rest: characters are bytes.)"""
-        text = self.path.read_text() if self.path.exists() else ""
-        if text.endswith("\n") or not text:
+        A journal that ends with a newline, as it does unless torn, costs one byte read."""
+        if not self.path.exists():
             return
-        start = text.rfind("\n") + 1
-        try:
-            json.loads(text[start:])
-        except json.JSONDecodeError:
-            os.truncate(self.path, start)
-            return
-        with open(self.path, "a") as out:
-            out.write("\n")
+        with open(self.path, "rb+") as journal:
+            if journal.seek(0, os.SEEK_END) == 0:
+                return
+            journal.seek(-1, os.SEEK_END)
+            if journal.read(1) == b"\n":
+                return
+            journal.seek(0)
+            text = journal.read()
+            start = text.rfind(b"\n") + 1
+            try:
+                json.loads(text[start:])
+            except ValueError:  # torn JSON, or torn UTF-8
+                journal.truncate(start)
+            else:
+                journal.write(b"\n")
 
     def sent(self) -> int:
         return int(self.sent_path.read_text()) if self.sent_path.exists() else 0
