@@ -267,7 +267,7 @@ def drive(args) -> dict:
     import ray
     from ray import tune
 
-    from rhnsearch.cluster.connect import limit_malloc_arenas
+    from rhnsearch.cluster.malloc import limit_malloc_arenas
     from rhnsearch.sweep import lifecycle
 
     trials = args.trials[0]
@@ -553,8 +553,7 @@ def ended_trials(uri: str) -> int:
 
 def kept_in_place(work: Path) -> bool:
     """Whether the sweep in WORK records WORK's store: a resumed sweep sends its records to
-    the store its record names, and Tune's restored callbacks and scheduler write where the
-    sweep first ran, so a copy's resume would write into the original."""
+    the store its record names, so a copy's resume would send them into the original's."""
     record = json.loads((work / "sweeps" / NAME / "rhnsearch_sweep.json").read_text())
     return record["tracking_uri"] == f"sqlite:///{work.resolve() / 'mlflow.db'}"
 

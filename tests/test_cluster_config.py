@@ -54,7 +54,7 @@ def test_runtime_env_ships_the_project_without_results():
 
 ARENAS = """
 import ctypes, os, sys, tempfile, threading
-from rhnsearch.cluster.connect import limit_malloc_arenas
+from rhnsearch.cluster.malloc import limit_malloc_arenas
 print(limit_malloc_arenas() if sys.argv[1] == "limit" else "-")
 libc = ctypes.CDLL(None)
 libc.malloc.restype, libc.fopen.restype = ctypes.c_void_p, ctypes.c_void_p

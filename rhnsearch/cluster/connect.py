@@ -1,7 +1,6 @@
 """Ray for a sweep: a local Ray on loopback, or the cluster at an address, and the resources
 the space asks for checked against it before anything is recorded."""
 
-import ctypes
 import logging
 import os
 import socket
@@ -16,18 +15,13 @@ from ray.exceptions import AuthenticationError
 from ..compat import ray as ray_compat
 from ..errors import UserError, first_line
 from ..sweep.trainable import ALLOW_CPU_FALLBACK
+from .malloc import limit_malloc_arenas
 
 # Set in a Ray Job whose runtime env ships the sweep's own cells (jobs.submit): its
 # driver joins with them already there, and Ray refuses a second py_modules for the job.
 CELLS_SHIPPED_ENV = "RHNSEARCH_CELLS_SHIPPED"
 
 log = logging.getLogger(__name__)
-# glibc's malloc gives a thread that allocates while others do an arena of its own (up to 8 a
-# core), and each arena keeps much of what was freed in it: the driver's many threads (Ray's,
-# Tune's, the MLflow sender's) made its memory grow with the trials. With 2, the trials
-# phase of 492 simulated trials grew 157 MB instead of 248 (benchmarks/scale.py).
-MALLOC_ARENAS = 2
-M_ARENA_MAX = -8  # mallopt's parameter number (glibc's malloc.h)
 
 
 def check_address(address: str):
@@ -47,18 +41,6 @@ def check_address(address: str):
             f"Ray at {address} is not reachable ({exc.strerror or exc}): start it "
             "with `ray start --head` or check the address"
         ) from None
-
-
-def limit_malloc_arenas() -> bool:
-    """Cap this process's glibc malloc arenas at MALLOC_ARENAS, unless $MALLOC_ARENA_MAX
-    sets them. Whether it did (not where the C library is not glibc)."""
-    if "MALLOC_ARENA_MAX" in os.environ:
-        return False
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return False
-    return mallopt(M_ARENA_MAX, MALLOC_ARENAS) == 1
 
 
 def start_ray(address: str | None, modules: list[str] = ()):
