@@ -192,9 +192,10 @@ def test_same_space_and_seed_gives_the_same_trials(jsb_smoke, tmp_path, data_dir
 
 
 def test_driver_killed_then_resume_finishes_without_rerunning(tmp_path, data_dir, sweeps):
-    """SIGKILL the driver of a per-cell ASHA sweep once some trials ended: the resume keeps
-    the finished trials' runs as they were, stops again every trial the scheduler had
-    stopped (its rungs are in the storage) and closes the same parent run."""
+    """SIGKILL the driver of a per-cell ASHA sweep once some trials ended, and move its
+    storage (a disk mounted elsewhere): the resume from there keeps the finished trials' runs
+    as they were, stops again every trial the scheduler had stopped (its rungs are in the
+    storage), writes nothing where the sweep was and closes the same parent run."""
     name = "killed"
     # Tune's own save period: at every step, its save rewrites the file that the previous
     # step's upload may still be copying, and a kill then can leave it empty in the storage
@@ -237,9 +238,17 @@ def test_driver_killed_then_resume_finishes_without_rerunning(tmp_path, data_dir
     ended = client.search_runs([exp.experiment_id], "tags.status != 'running'")
     assert len(ended) < 12, "every trial had ended before the kill"
 
-    proc = rhnsearch_cli("sweep", "resume", name, "--json", cwd=tmp_path)
+    ran_in, moved = tmp_path / "results" / "sweeps", tmp_path / "disk" / "sweeps"
+    moved.parent.mkdir()
+    ran_in.rename(moved)
+    proc = rhnsearch_cli(
+        "sweep", "resume", name, "--storage-path", str(moved), "--json", cwd=tmp_path
+    )
     summary = json_summary(proc)
     assert summary["complete"] and summary["trials"] == 12
+    assert not ran_in.exists(), sorted(ran_in.rglob("*"))  # journal, rungs: in the moved folder
+    rungs = json.loads((moved / name / "scheduler" / "state.json").read_text())
+    assert stopped.items() <= rungs["stopped"].items()
     runs = client.search_runs([exp.experiment_id], "tags.kind = 'trial'")
     check_child_runs(client, runs, 12)
     for run in runs:
@@ -566,7 +575,8 @@ def test_optuna_sweep_has_a_study_per_cell_resumed_and_extended(tmp_path, data_d
     """`--search optuna` gives each (arch, depth) cell its own study in the sweep's journal,
     SWEEP/CELL; a setting the cell's arch does not read is not sampled (no t_bias for
     DT-RNN); trials run as many at once as the slots allow (here 4: half a CPU each on 2).
-    Killed after some trials and resumed, every study holds the trials of both halves (the
+    Killed after some trials, moved (a disk mounted elsewhere) and resumed from there, every
+    study holds the trials of both halves (the
     first half's with the values they had); the resume runs every trial also where the
     experiment state stored is older than the searcher's states. `sweep extend --samples 4`
     then adds a setting to every cell's study, under the same parent run, none run twice. (A
@@ -606,8 +616,15 @@ def test_optuna_sweep_has_a_study_per_cell_resumed_and_extended(tmp_path, data_d
     before = finished_trials(experiment)
     assert sum(map(len, before.values())) < 12, "every trial had finished before the kill"
     forgotten = forget_newest_trial(experiment)
-    proc = rhnsearch_cli("sweep", "resume", "tpe", "--json", cwd=tmp_path)
+    ran_in, moved = tmp_path / "results" / "sweeps", tmp_path / "disk" / "sweeps"
+    moved.parent.mkdir()
+    ran_in.rename(moved)
+    experiment = moved / "tpe"
+    proc = rhnsearch_cli(
+        "sweep", "resume", "tpe", "--storage-path", str(moved), "--json", cwd=tmp_path
+    )
     assert json_summary(proc)["complete"]
+    assert not ran_in.exists(), sorted(ran_in.rglob("*"))  # the studies: in the moved folder
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("jsb_optimization")
     runs = client.search_runs([exp.experiment_id], "tags.kind = 'trial'")
@@ -629,7 +646,17 @@ def test_optuna_sweep_has_a_study_per_cell_resumed_and_extended(tmp_path, data_d
         round(t.params["lr"], 9) for t in after["tpe/rhn d2 w22"]
     }
 
-    proc = rhnsearch_cli("sweep", "extend", "tpe", "--samples", "4", "--json", cwd=tmp_path)
+    proc = rhnsearch_cli(
+        "sweep",
+        "extend",
+        "tpe",
+        "--samples",
+        "4",
+        "--storage-path",
+        str(moved),
+        "--json",
+        cwd=tmp_path,
+    )
     assert json_summary(proc)["complete"] and json_summary(proc)["trials"] == 16
     runs = client.search_runs([exp.experiment_id], "tags.kind = 'trial'")
     check_child_runs(client, runs, 16)

@@ -1,8 +1,9 @@
 """What rhnsearch uses of Ray beyond its public API: the names of the files Tune saves its
 state in and how Tune reads them, the layout of its saved experiment state (each trial's
 folder, status and newest checkpoint), the checkpoints Tune's manager holds, the names of a
-trial's checkpoint folders, `ray.init`'s private node address, Tune's default metric name, the
-statuses of a trial waiting to run and the logger of its result grid.
+trial's checkpoint folders, a restored Tuner's searcher, scheduler and callbacks, `ray.init`'s
+private node address, Tune's default metric name, the statuses of a trial waiting to run and
+the logger of its result grid.
 
 Each function first checks that the installed Ray is in SUPPORTED and raises a one-line
 UserError otherwise (a saved state read wrongly would resume a sweep wrongly). A state read
@@ -13,6 +14,7 @@ say so and go on without it.
 import json
 import logging
 import pickle
+import posixpath
 import re
 
 from . import require
@@ -105,6 +107,27 @@ def search_state_for(data: bytes, trial_ids: set[str]) -> bytes | None:
     return cloudpickle.dumps(state)
 
 
+def search_state_at(data: bytes, filesystem, experiment_fs_path: str) -> bytes | None:
+    """Tune's saved search-generator state `data` with its experiment, of which a resumed
+    search makes its new trials, at EXPERIMENT_FS_PATH on FILESYSTEM: the restore moves the
+    saved trials to a moved experiment's folder (TuneController._restore_trials) but gives the
+    new trials the folder the state was saved in. None where it is there already."""
+    from ray import cloudpickle
+
+    _check("Tune's saved search state")
+    state = cloudpickle.loads(data)
+    where = state["experiment"].storage  # also the spec's "storage": one object in the pickle
+    parent, name = posixpath.split(experiment_fs_path.rstrip("/"))
+    if (where.storage_fs_path, where.experiment_dir_name) == (parent, name):
+        return None
+    where.storage_filesystem, where.storage_fs_path, where.experiment_dir_name = (
+        filesystem,
+        parent,
+        name,
+    )
+    return cloudpickle.dumps(state)
+
+
 def _newest(names: list[str], pattern: str) -> str | None:
     _check("Tune's file names")
     return max((name for name in names if re.fullmatch(pattern, name)), default=None)
@@ -165,6 +188,15 @@ def restored_tuner(path: str, trainable, *, storage_filesystem=None):
     if tuner._local_tuner is not None:  # None only through Ray Client, which rhnsearch does not use
         tuner._local_tuner._experiment_analysis = None
     return tuner
+
+
+def restored_parts(tuner) -> list:
+    """The searcher, scheduler and callbacks that a restored Tuner (`restored_tuner`) unpickled
+    from its saved state, as they will run."""
+    _check("a restored Tuner's configs")
+    local = tuner._local_tuner
+    tune_config, run_config = local._tune_config, local._run_config
+    return [tune_config.search_alg, tune_config.scheduler, *(run_config.callbacks or [])]
 
 
 def keep_metric_statistics(trial, metric: str):

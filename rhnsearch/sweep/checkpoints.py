@@ -18,6 +18,10 @@ leave the searcher's counting trials the experiment state lacks: the resume woul
 them again, and the round would end short of them. Before resuming, the searcher's states are
 made to count the experiment state's trials (`align_search_states`).
 
+Tune's saved search state also names the folder its experiment ran in, where a resumed search
+makes its new trials: a sweep whose storage moved (another mount, `sweep resume
+--storage-path`) has it pointed at the folder it is in now (`move_search_state`).
+
 This reads Tune's saved state, whose layout is Tune's own (compat/ray.py): if it is not what is
 expected here, a warning says so and the resume goes on without the repair.
 """
@@ -187,3 +191,26 @@ def align_search_states(round_dir: str, state: dict | None):
             type(exc).__name__,
             exc,
         )
+
+
+def move_search_state(round_dir: str):
+    """Point Tune's newest saved search state in ROUND_DIR at ROUND_DIR, where the resumed
+    search makes its new trials (`ray_compat.search_state_at`)."""
+    search, _ = ray_compat.newest_search_states(storage.listdir(round_dir))
+    if search is None:
+        return
+    location = storage.join(round_dir, search)
+    try:
+        moved = ray_compat.search_state_at(storage.read_bytes(location), *storage.split(round_dir))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        log.warning(
+            "Tune's saved search state in %s is not laid out as this version of rhnsearch "
+            "expects (%s: %s); resuming without checking where it makes new trials",
+            round_dir,
+            type(exc).__name__,
+            exc,
+        )
+        return
+    if moved is not None:
+        storage.write_bytes(location, moved)
+        log.info("Tune's saved search state pointed at %s, where the sweep is now", round_dir)

@@ -34,7 +34,14 @@ from ..errors import UserError, first_line
 from ..provenance import provenance_tags
 from ..search.plan import load_plan, planned_hours
 from ..search.scheduler import CellASHAScheduler, LiveFIFOScheduler
-from ..search.searchers import METRIC, MODE, ConfirmSearcher, build_searcher, round_slots
+from ..search.searchers import (
+    METRIC,
+    MODE,
+    CellStudies,
+    ConfirmSearcher,
+    build_searcher,
+    round_slots,
+)
 from ..search.space import Space, load_space
 from ..search.trial import tune_constants
 from ..tracking import store
@@ -52,6 +59,7 @@ from .checkpoints import (
     KeepNewestCheckpoint,
     align_search_states,
     check_saved_state,
+    move_search_state,
     repair_checkpoint_names,
 )
 from .close import close_sweep
@@ -375,14 +383,30 @@ def resume_sweep(name: str, *, address: str | None = None, storage_path: str | N
     start_ray(address, space.cell_modules)
     repair_checkpoint_names(round_dir, state)
     align_search_states(round_dir, state)
+    move_search_state(round_dir)
     del state  # tens of MB at thousands of trials: not held through the sweep
     mark_resumed(record)
-    return finish(  # the Tuner passed, not kept: finish lets it go before the close
-        ray_compat.restored_tuner(
-            path, trainable(space, record.cells), storage_filesystem=filesystem
-        ),
-        record,
+    # the Tuner passed, not kept: finish lets it go before the close
+    return finish(restored_tuner(path, filesystem, space, record), record)
+
+
+def restored_tuner(path: str, filesystem, space: Space, record: SweepRecord) -> tune.Tuner:
+    """The Tuner of the sweep's last round restored from Tune's state at PATH, what it unpickled
+    pointed at the sweep's folder where RECORD was found: Tune pickled its searcher, scheduler
+    and callbacks with the folder the sweep ran in, which may have moved since (another mount of
+    its disk, `sweep resume --storage-path`), and its MLflow journal, ASHA's rungs and the
+    cells' Optuna studies would be read and written there."""
+    tuner = ray_compat.restored_tuner(
+        path, trainable(space, record.cells), storage_filesystem=filesystem
     )
+    for part in ray_compat.restored_parts(tuner):
+        if isinstance(part, MLflowTracker):
+            part.run = record.parent_run
+        elif isinstance(part, CellASHAScheduler) and part.state_file:
+            part.state_file = record.paths.scheduler_state
+        elif isinstance(part, CellStudies):
+            part.sweep_dir = record.paths.sweep
+    return tuner
 
 
 def mark_resumed(record: SweepRecord):
