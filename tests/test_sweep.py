@@ -576,9 +576,9 @@ def test_optuna_sweep_has_a_study_per_cell_resumed_and_extended(tmp_path, data_d
     SWEEP/CELL; a setting the cell's arch does not read is not sampled (no t_bias for
     DT-RNN); trials run as many at once as the slots allow (here 4: half a CPU each on 2).
     Killed after some trials, moved (a disk mounted elsewhere) and resumed from there, every
-    study holds the trials of both halves (the
-    first half's with the values they had); the resume runs every trial also where the
-    experiment state stored is older than the searcher's states. `sweep extend --samples 4`
+    study holds the trials of both halves (the first half's with the values they had); the
+    resume runs every trial also where the experiment state stored is older than the
+    searcher's states. `sweep extend --samples 4`
     then adds a setting to every cell's study, under the same parent run, none run twice. (A
     study records a trial at once, Tune saves its state on its own period: a trial that ended
     after Tune's last save is in its study, and the resumed sweep, which does not know it, asks
