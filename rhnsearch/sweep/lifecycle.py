@@ -387,10 +387,10 @@ def resume_sweep(name: str, *, address: str | None = None, storage_path: str | N
     del state  # tens of MB at thousands of trials: not held through the sweep
     mark_resumed(record)
     # the Tuner passed, not kept: finish lets it go before the close
-    return finish(restored_tuner(path, filesystem, space, record), record)
+    return finish(restored_round(path, filesystem, space, record), record)
 
 
-def restored_tuner(path: str, filesystem, space: Space, record: SweepRecord) -> tune.Tuner:
+def restored_round(path: str, filesystem, space: Space, record: SweepRecord) -> tune.Tuner:
     """The Tuner of the sweep's last round restored from Tune's state at PATH, what it unpickled
     pointed at the sweep's folder where RECORD was found: Tune pickled its searcher, scheduler
     and callbacks with the folder the sweep ran in, which may have moved since (another mount of
