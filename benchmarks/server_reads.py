@@ -1,0 +1,128 @@
+"""The results commands through an MLflow server, beside plain MLflow's own reads of the same
+runs through the same server: how much of their time is MLflow's.
+
+On the store that `scale.py --keep` kept (its sqlite file, artifacts and sweep folder), and on
+a copy of it in a fresh PostgreSQL database (MLflow's own migrations make the schema, then
+every row is copied table by table), `mlflow server` (one worker, as scale.py's) is started
+and, one after the other, timed:
+- plain MLflow: `MlflowClient.search_runs` of the sweep's trial runs, every page (what a
+  user's own script or `mlflow.search_runs` reads), and of all the experiment's runs;
+- rhnsearch: `results table`, `results export --history` and `results report`, with
+  --tracking-uri the server (`sweep status` reads the store its sweep's record names).
+With the sqlite file read directly too (no server), for the REST path's share.
+
+    python benchmarks/server_reads.py KEEP/random-sqlite-dir-10000 [--stores file sqlite postgres]
+
+`postgres` needs Debian's PostgreSQL and root (tests/lab_services.py).
+"""
+
+import argparse
+import json
+import sqlite3
+import sys
+import time
+from contextlib import ExitStack, closing
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+from scale import EXPERIMENT, NAME, ROOT, timed
+
+from rhnsearch.tracking.runs import all_runs
+
+sys.path.insert(0, str(ROOT / "tests"))
+from lab_services import mlflow_server, postgres_database  # noqa: E402
+
+
+def copy_to_postgres(sqlite_file: Path, uri: str):
+    """Every row of the sqlite store's tables into the same tables of the (migrated) database
+    URI, parents before children; the rows the migrations made (the Default experiment) are
+    replaced."""
+    import psycopg
+
+    source = sqlite3.connect(sqlite_file)
+    with closing(source), psycopg.connect(uri) as target:
+        tables = [
+            t
+            for (t,) in source.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            if t != "alembic_version"
+        ]
+        order = parents_first(source, tables)
+        for table in reversed(order):
+            target.execute(f'DELETE FROM "{table}"')
+        for table in order:
+            columns = [c[1] for c in source.execute(f'PRAGMA table_info("{table}")')]
+            names = ", ".join(f'"{c}"' for c in columns)
+            cursor = target.cursor()
+            with cursor.copy(f'COPY "{table}" ({names}) FROM STDIN') as copy:
+                for row in source.execute(f'SELECT {names} FROM "{table}"'):
+                    copy.write_row(row)
+
+
+def parents_first(db: sqlite3.Connection, tables: list[str]) -> list[str]:
+    """TABLES ordered so that each comes after the tables its foreign keys name."""
+    parents = {
+        t: {row[2] for row in db.execute(f'PRAGMA foreign_key_list("{t}")')} - {t} for t in tables
+    }
+    order: list[str] = []
+    while len(order) < len(tables):
+        order += sorted(t for t in tables if t not in order and parents[t] <= set(order))
+    return order
+
+
+def plain_reads(url: str) -> dict:
+    """Seconds of plain MLflow's search_runs of the sweep's trials and of every run."""
+    client = MlflowClient(url)
+    experiment = client.get_experiment_by_name(EXPERIMENT).experiment_id
+    seconds = {}
+    for name, query in (
+        ("search_trials", f"tags.mlflow.parentRunId != '' and tags.sweep = '{NAME}'"),
+        ("search_all", ""),
+    ):
+        start = time.monotonic()
+        runs = all_runs(client, experiment, query)
+        seconds[name] = {"wall": time.monotonic() - start, "runs": len(runs)}
+    return seconds
+
+
+def ours(work: Path, uri: str, name: str) -> dict:
+    """Seconds of the results commands through URI (their files: WORK/server-NAME-*)."""
+    store = ["--experiment", EXPERIMENT, "--sweep", NAME, "--tracking-uri", uri]
+    return {
+        "table": timed(["results", "table", *store], work, None),
+        "export": timed(
+            ["results", "export", *store, "--history", "--out", f"server-{name}-history.parquet"],
+            work,
+            None,
+        ),
+        "report": timed(
+            ["results", "report", *store, "--out", f"server-{name}-report.html"], work, None
+        ),
+    }
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("work", type=Path, help="a folder scale.py --keep kept")
+    p.add_argument("--stores", nargs="+", default=["file", "sqlite", "postgres"])
+    args = p.parse_args()
+    work, db = args.work.resolve(), args.work.resolve() / "mlflow.db"
+    for store in args.stores:
+        with ExitStack() as services:
+            if store == "file":
+                url, plain = f"sqlite:///{db}", {}
+            else:
+                backend = f"sqlite:///{db}"
+                if store == "postgres":
+                    backend = services.enter_context(postgres_database())
+                url = services.enter_context(mlflow_server(backend, work))
+                if store == "postgres":
+                    start = time.monotonic()
+                    copy_to_postgres(db, backend)
+                    print(f"copied into PostgreSQL in {time.monotonic() - start:.0f} s")
+                plain = plain_reads(url)
+            row = {"store": store, **plain, **ours(work, url, store)}
+            print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
