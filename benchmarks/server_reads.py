@@ -65,7 +65,10 @@ def parents_first(db: sqlite3.Connection, tables: list[str]) -> list[str]:
     }
     order: list[str] = []
     while len(order) < len(tables):
-        order += sorted(t for t in tables if t not in order and parents[t] <= set(order))
+        ready = sorted(t for t in tables if t not in order and parents[t] <= set(order))
+        if not ready:
+            sys.exit(f"foreign keys in a cycle among {sorted(set(tables) - set(order))}")
+        order += ready
     return order
 
 
@@ -103,7 +106,12 @@ def ours(work: Path, uri: str, name: str) -> dict:
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("work", type=Path, help="a folder scale.py --keep kept")
-    p.add_argument("--stores", nargs="+", default=["file", "sqlite", "postgres"])
+    p.add_argument(
+        "--stores",
+        nargs="+",
+        choices=["file", "sqlite", "postgres"],
+        default=["file", "sqlite", "postgres"],
+    )
     args = p.parse_args()
     work, db = args.work.resolve(), args.work.resolve() / "mlflow.db"
     for store in args.stores:
@@ -118,7 +126,10 @@ def main():
                 if store == "postgres":
                     start = time.monotonic()
                     copy_to_postgres(db, backend)
-                    print(f"copied into PostgreSQL in {time.monotonic() - start:.0f} s")
+                    print(
+                        f"copied into PostgreSQL in {time.monotonic() - start:.0f} s",
+                        file=sys.stderr,
+                    )
                 plain = plain_reads(url)
             row = {"store": store, **plain, **ours(work, url, store)}
             print(json.dumps(row), flush=True)
