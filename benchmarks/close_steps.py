@@ -66,18 +66,19 @@ def main():
     step("plots logged", lambda: plots.log_sweep_plots(client, exp.id, parent))
     step("report logged", lambda: report.log_sweep_report(client, exp.id, parent))
     print(f"{len(runs)} trials, {len(long)} history rows")
-    every = step("report: the trials' frame", lambda: store.trials(exp, chosen["sweep"]))
+    every = step("report: the trials' frame", lambda: store.trials_frame(exp, runs))
     trials = store.search_trials(every)
     run = client.get_run(parent)
+    measured = step("report: the finding", lambda: report.measured_finding(chosen, trials))
     sections = {
         "header": lambda: report.header(exp, chosen, trials, run),
-        "figure": lambda: report.study_figure(chosen, trials),
-        "table": lambda: report.study_table(chosen, trials),
+        "figure": lambda: report.study_figure(chosen, trials, measured),
+        "table": lambda: report.study_table(chosen, trials, measured),
         "confirmed": lambda: report.confirmed_section(chosen, every),
         "curves": lambda: plots.curves(chosen, trials, exp, 5),
         "parallel": lambda: report.parallel(chosen, trials),
         "importance": lambda: report.importances(trials),
-        "provenance": lambda: report.provenance(exp, chosen, run),
+        "provenance": lambda: report.provenance(exp, chosen, run, runs),
     }
     for name, work in sections.items():
         step(f"report: {name}", work)

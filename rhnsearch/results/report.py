@@ -139,9 +139,20 @@ def header(exp: store.Experiment, chosen: pd.Series, trials: pd.DataFrame, paren
     return f"<h1>{title}</h1>\n" + facts(rows, "header-facts")
 
 
-def study_figure(chosen: pd.Series, trials: pd.DataFrame) -> str:
+def measured_finding(chosen: pd.Series, trials: pd.DataFrame) -> pd.DataFrame | None:
+    """The finding of the sweep's kind of study measured on TRIALS (`Kind.measured`), or None
+    where its kind measures none or the sweep has one depth. Measured once a report: the
+    figure's sentence and the table share it."""
+    kind = kind_of(chosen)
+    if kind.measured is None or trials["params.depth"].nunique() < 2:
+        return None
+    return kind.measured(trials)
+
+
+def study_figure(chosen: pd.Series, trials: pd.DataFrame, measured: pd.DataFrame | None) -> str:
     """The figure of the sweep's kind of study (studies.py): perplexity vs depth with the
-    published numbers, or the swarm of every setting where there are several cells."""
+    published numbers, or the swarm of every setting where there are several cells (with the
+    gaps of MEASURED, the `measured_finding`)."""
     kind = kind_of(chosen)
     if kind.figure == "depth":
         return drawn(
@@ -155,7 +166,7 @@ def study_figure(chosen: pd.Series, trials: pd.DataFrame) -> str:
                 "selects on and the table and the finding use (filled: completed, hollow: "
                 "stopped early by ASHA, X: diverged); every setting that did not diverge "
                 "is on the axis (log-scaled where the losses span more than a factor of "
-                f"{plots.LOG_SPAN:g})." + gaps_sentence(kind, trials)
+                f"{plots.LOG_SPAN:g})." + gaps_sentence(measured, trials)
             )
             + drawn(lambda: plots.swarm(chosen, trials), "loss of each setting vs depth")
             + note(
@@ -191,17 +202,11 @@ def training_swarm(chosen: pd.Series, trials: pd.DataFrame) -> str:
     )
 
 
-def gaps_sentence(kind: Kind, trials: pd.DataFrame) -> str:
-    """The finding's gaps to RHN at the deepest depth with their 95% intervals, as a
-    sentence ('' for a study that measures none, or where there is no RHN or one depth)."""
-    if (
-        kind.figure != "swarm"
-        or kind.measured is None
-        or trials["params.depth"].nunique() < 2
-        or "rhn" not in set(trials["params.arch"])
-    ):
+def gaps_sentence(finding: pd.DataFrame | None, trials: pd.DataFrame) -> str:
+    """The FINDING's gaps to RHN at the deepest depth with their 95% intervals, as a
+    sentence ('' where there is no finding or no RHN)."""
+    if finding is None or "rhn" not in set(trials["params.arch"]):
         return ""
-    finding = kind.measured(trials)
     gap = next(c for c in finding.columns if c.startswith("gap to RHN"))
     parts = [
         f"{row['arch']} {row[gap]:+.3f} {row['gap: 95% interval']}"
@@ -221,12 +226,11 @@ def gaps_sentence(kind: Kind, trials: pd.DataFrame) -> str:
     )
 
 
-def study_table(chosen: pd.Series, trials: pd.DataFrame) -> str:
-    """The study's table (measured next to published), or per (arch, depth) counts and
-    losses for a study with no published numbers."""
+def study_table(chosen: pd.Series, trials: pd.DataFrame, measured: pd.DataFrame | None) -> str:
+    """The study's table (MEASURED, the `measured_finding`, next to published), or per (arch,
+    depth) counts and losses for a study with no published numbers."""
     kind, finding = kind_of(chosen), ""
-    if kind.measured and trials["params.depth"].nunique() > 1:
-        measured = kind.measured(trials)
+    if measured is not None:
         finding = note(kind.finding) + html_table(measured, kind.measured_caption, "finding-table")
         if kind.claims:
             finding += note(" ".join(kind.claims(measured)))
@@ -350,10 +354,11 @@ def importances(trials: pd.DataFrame) -> str:
     return "\n".join(parts)
 
 
-def provenance(exp: store.Experiment, chosen: pd.Series, parent) -> str:
+def provenance(exp: store.Experiment, chosen: pd.Series, parent, children: list) -> str:
     """Where the numbers come from: the store, the parent run and its settings, and the
-    provenance tags of the sweep's runs ("not recorded" when none carries one)."""
-    runs = [parent.data.tags, *(run.tags for run in store.child_runs(exp, chosen["run_id"]))]
+    provenance tags of the sweep's runs (the parent and its CHILDREN, StoredRuns; "not
+    recorded" when none carries one)."""
+    runs = [parent.data.tags, *(run.tags for run in children)]
     keys = sorted(
         {
             k
@@ -386,14 +391,17 @@ def provenance(exp: store.Experiment, chosen: pd.Series, parent) -> str:
 def render(exp: store.Experiment, sweep: str | None = None, top: int = 5) -> str:
     """The report page of a sweep of EXP (default: its latest), as HTML text."""
     chosen = store.pick_sweep(exp, sweep)
-    every = store.trials(exp, chosen["sweep"])
+    runs = store.trial_runs(exp, chosen["sweep"])  # read once: a server lists them slowly
+    every = store.trials_frame(exp, runs, chosen["sweep"])
     trials = store.search_trials(every)
     parent = exp.client.get_run(chosen["run_id"])
+    children = [r for r in runs if r.tags.get("mlflow.parentRunId") == chosen["run_id"]]
+    measured = measured_finding(chosen, trials)
     title = f"{exp.name} · sweep {chosen['sweep']} · {tables.sweep_dataset(trials)}"
     body = {
         "header": header(exp, chosen, trials, parent),
-        "figure": study_figure(chosen, trials),
-        "table": study_table(chosen, trials),
+        "figure": study_figure(chosen, trials, measured),
+        "table": study_table(chosen, trials, measured),
         "confirmed": confirmed_section(chosen, every),
         "curves": drawn(
             lambda: plots.curves(chosen, trials, exp, top),
@@ -401,7 +409,7 @@ def render(exp: store.Experiment, sweep: str | None = None, top: int = 5) -> str
         ),
         "parallel": parallel(chosen, trials),
         "importance": importances(trials),
-        "provenance": provenance(exp, chosen, parent),
+        "provenance": provenance(exp, chosen, parent, children),
     }
     nav = " ".join(f'<a href="#{key}">{name}</a>' for key, name in SECTIONS.items())
     return (

@@ -168,7 +168,11 @@ def trials(exp: Experiment, sweep: str | None = None) -> pd.DataFrame:
     """One row per trial (child run) of the experiment, or of one sweep: ids, its round
     (search, or confirm for a confirmation trial), status tags, typed params and the final
     value of every metric."""
-    runs = trial_runs(exp, sweep)
+    return trials_frame(exp, trial_runs(exp, sweep), sweep)
+
+
+def trials_frame(exp: Experiment, runs: list[StoredRun], sweep: str | None = None) -> pd.DataFrame:
+    """`trials` of RUNS, the trial runs already read (of SWEEP, where given)."""
     if not runs:
         where = f"sweep {sweep!r} of experiment" if sweep else "experiment"
         raise UserError(
