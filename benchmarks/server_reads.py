@@ -88,17 +88,28 @@ def plain_reads(url: str) -> dict:
 
 
 def ours(work: Path, uri: str, name: str) -> dict:
-    """Seconds of the results commands through URI (their files: WORK/server-NAME-*)."""
+    """Seconds of the results commands through URI (their files, rewritten at each run:
+    WORK/server-NAME-*)."""
     store = ["--experiment", EXPERIMENT, "--sweep", NAME, "--tracking-uri", uri]
     return {
         "table": timed(["results", "table", *store], work, None),
         "export": timed(
-            ["results", "export", *store, "--history", "--out", f"server-{name}-history.parquet"],
+            [
+                "results",
+                "export",
+                *store,
+                "--history",
+                "--force",
+                "--out",
+                f"server-{name}-history.parquet",
+            ],
             work,
             None,
         ),
         "report": timed(
-            ["results", "report", *store, "--out", f"server-{name}-report.html"], work, None
+            ["results", "report", *store, "--force", "--out", f"server-{name}-report.html"],
+            work,
+            None,
         ),
     }
 

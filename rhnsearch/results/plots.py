@@ -614,6 +614,18 @@ def make(
 ) -> Figure:
     """The figure KIND drawn from a sweep of EXP (default: its latest sweep)."""
     chosen, trials = store.sweep_trials(exp, sweep)
+    return draw(kind, chosen, trials, exp, metric, top)
+
+
+def draw(
+    kind: str,
+    chosen: pd.Series,
+    trials: pd.DataFrame,
+    exp: store.Experiment,
+    metric: str | None = None,
+    top: int = 5,
+) -> Figure:
+    """The figure KIND of the sweep CHOSEN, drawn from its search TRIALS."""
     metric = metric or ("best_valid_loss" if kind == "swarm" else "valid_loss")
     if f"metrics.{metric}" not in trials:
         raise UserError(
@@ -658,18 +670,19 @@ def plot(
     return path
 
 
-def log_sweep_plots(client, experiment_id: str, parent_run_id: str):
-    """Log the study's plots of a finished sweep as PNG artifacts (plots/) of its parent run.
-    Never raises: a plot that cannot be drawn is a warning, not a failed sweep."""
+def log_sweep_plots(client, experiment_id: str, parent_run_id: str, runs=None):
+    """Log the study's plots of a finished sweep as PNG artifacts (plots/) of its parent run
+    (from RUNS, its trial runs, where already read). Never raises: a plot that cannot be
+    drawn is a warning, not a failed sweep."""
     try:
         parent = client.get_run(parent_run_id)
         exp = store.Experiment(
             client.get_experiment(experiment_id).name, experiment_id, client.tracking_uri, client
         )
-        kinds = (kind_of(store.pick_sweep(exp, parent.data.tags.get("sweep"))).figure, "curves")
+        chosen, trials = store.sweep_trials(exp, parent.data.tags.get("sweep"), runs=runs)
         with tempfile.TemporaryDirectory() as tmp:
-            for kind in kinds:
-                save(make(kind, exp, parent.data.tags.get("sweep")), Path(tmp) / f"{kind}.png")
+            for kind in (kind_of(chosen).figure, "curves"):
+                save(draw(kind, chosen, trials, exp), Path(tmp) / f"{kind}.png")
             client.log_artifacts(parent_run_id, tmp, "plots")
     except Exception as exc:  # noqa: BLE001 - plots are a courtesy, the sweep has succeeded
         log.warning(

@@ -276,11 +276,19 @@ def search_trials(trials: pd.DataFrame) -> pd.DataFrame:
     return kept.drop(columns="params.confirms", errors="ignore")
 
 
-def sweep_trials(exp: Experiment, sweep: str | None = None) -> tuple[pd.Series, pd.DataFrame]:
+def sweep_trials(
+    exp: Experiment, sweep: str | None = None, *, runs: list[StoredRun] | None = None
+) -> tuple[pd.Series, pd.DataFrame]:
     """The sweep NAME (default: the latest) of the experiment and its search trials
-    (`search_trials`)."""
+    (`search_trials`).
+
+    Args:
+        runs: the sweep's trial runs, where already read (a closing sweep's): not read again.
+    """
     chosen = pick_sweep(exp, sweep)
-    return chosen, search_trials(trials(exp, chosen["sweep"]))
+    if runs is None:
+        runs = trial_runs(exp, chosen["sweep"])
+    return chosen, search_trials(trials_frame(exp, runs, chosen["sweep"]))
 
 
 def hyperparameters(trials: pd.DataFrame) -> list[str]:
