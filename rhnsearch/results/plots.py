@@ -670,7 +670,7 @@ def plot(
     return path
 
 
-def log_sweep_plots(client, experiment_id: str, parent_run_id: str, runs=None):
+def log_sweep_plots(client, experiment_id: str, parent_run_id: str, *, runs=None):
     """Log the study's plots of a finished sweep as PNG artifacts (plots/) of its parent run
     (from RUNS, its trial runs, where already read). Never raises: a plot that cannot be
     drawn is a warning, not a failed sweep."""

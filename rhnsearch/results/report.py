@@ -444,7 +444,7 @@ def report(
     return path
 
 
-def log_sweep_report(client, experiment_id: str, parent_run_id: str, runs=None):
+def log_sweep_report(client, experiment_id: str, parent_run_id: str, *, runs=None):
     """Log a finished sweep's report page as report/report.html on its parent run (from RUNS,
     its trial runs, where already read). Never raises: a report that cannot be made is a
     warning, not a failed sweep."""

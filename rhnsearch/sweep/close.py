@@ -82,8 +82,8 @@ def close_sweep(
         from ..results.report import log_sweep_report
 
         snapshot.log_histories(client, parent, long)
-        log_sweep_plots(client, record.experiment_id, parent, runs)  # not listed again
-        log_sweep_report(client, record.experiment_id, parent, runs)
+        log_sweep_plots(client, record.experiment_id, parent, runs=runs)  # not listed again
+        log_sweep_report(client, record.experiment_id, parent, runs=runs)
         client.set_terminated(parent, "FINISHED")
     return summary
 
