@@ -159,11 +159,6 @@ def trial_runs(exp: Experiment, sweep: str | None = None) -> list[StoredRun]:
     return matching(exp.tracking_uri, exp.client, exp.id, tags)
 
 
-def child_runs(exp: Experiment, parent_run_id: str) -> list[StoredRun]:
-    """The runs under the parent run PARENT_RUN_ID (a sweep's trials), newest first."""
-    return matching(exp.tracking_uri, exp.client, exp.id, {"mlflow.parentRunId": parent_run_id})
-
-
 def trials(exp: Experiment, sweep: str | None = None) -> pd.DataFrame:
     """One row per trial (child run) of the experiment, or of one sweep: ids, its round
     (search, or confirm for a confirmation trial), status tags, typed params and the final
