@@ -39,8 +39,8 @@ def test_a_client_without_the_clusters_token_is_refused_in_one_line(
     head, old_sweeps, data_dir, tmp_path
 ):
     """`sweep run --address`, `resume`, `extend` and `submit`, each without a token and with a
-    wrong one. Ray's client retries a refused token for some 30-50 s before it gives up: the
-    8 cases run at once."""
+    wrong one. (`ray.init` alone retries a refused token for 20 s; rhnsearch asks the GCS once
+    first.) The 8 cases run at once."""
     old = ["--storage-path", old_sweeps / "sweeps"]
     commands = {
         "run": ["run", JSB_SPACE, "--preset", "smoke", "--address", head.gcs],

@@ -70,6 +70,12 @@ def start_ray(address: str | None, modules: list[str] = ()):
     if address:
         check_address(address)
         with held_stderr() as held:
+            if (
+                address not in ("auto", "local")
+                and "://" not in address
+                and ray_compat.refuses_token(address)
+            ):
+                raise UserError(refused_token(address))
             try:
                 ray.init(address=address, logging_level=logging.WARNING, runtime_env=runtime_env)
             except AuthenticationError:

@@ -3,6 +3,7 @@ state in and how Tune reads them, the layout of its saved experiment state (each
 folder, status and newest checkpoint) and of its saved search state (the folder it makes new
 trials in), the checkpoints Tune's manager holds, the names of a trial's checkpoint folders,
 a restored Tuner's searcher, scheduler and callbacks, `ray.init`'s private node address,
+its GCS client (asked whether a cluster refuses this client's token),
 Tune's default metric name, the statuses of a trial waiting to run and the logger of its
 result grid.
 
@@ -231,6 +232,22 @@ def init_on_loopback(**options):
 
     _check("ray.init's _node_ip_address")
     ray.init(**options, _node_ip_address="127.0.0.1")
+
+
+def refuses_token(address: str) -> bool:
+    """Whether the GCS at ADDRESS (HOST:PORT) refuses this client's Ray token, asked once.
+    `ray.init` asks twenty times, a second apart, before it gives up on a refusal."""
+    from ray._raylet import GcsClient
+    from ray.exceptions import AuthenticationError
+
+    _check("Ray's GcsClient")
+    try:
+        GcsClient(address=address)
+    except AuthenticationError:
+        return True
+    except Exception:  # noqa: BLE001 - anything else is ray.init's to say
+        return False
+    return False
 
 
 def default_metric() -> str:
