@@ -44,12 +44,15 @@ from conftest import (
 SMALL = ["--set", "archs=[rhn]", "--set", "scheduler.name=fifo"]
 
 
-def child_runs(uri: str) -> list:
+def child_runs(uri: str, sweep: str | None = None) -> list:
+    """The trial runs in the store (of SWEEP only, given one: the module's MLflow server
+    holds the sweeps of several tests)."""
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("jsb_optimization")
     if experiment is None:
         return []
-    return client.search_runs([experiment.experiment_id], "tags.kind = 'trial'")
+    only = f" and tags.sweep = '{sweep}'" if sweep else ""
+    return client.search_runs([experiment.experiment_id], "tags.kind = 'trial'" + only)
 
 
 def driver_lines(stderr: str) -> str:
@@ -676,14 +679,24 @@ class MlflowServer:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
 
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
 
-@pytest.fixture
-def mlflow_srv(tmp_path):
-    """A running MlflowServer, killed at the end."""
-    server = MlflowServer(tmp_path)
-    server.start()
+
+@pytest.fixture(scope="module")
+def _mlflow_server(tmp_path_factory):
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow-server"))
     yield server
     server.kill()
+
+
+@pytest.fixture
+def mlflow_srv(_mlflow_server):
+    """The module's MlflowServer, running (started again where a test before left it
+    killed): one server for the module's tests, each of them reading its own sweep's runs."""
+    if not _mlflow_server.running():
+        _mlflow_server.start()
+    return _mlflow_server
 
 
 class Relay:
@@ -768,7 +781,9 @@ def test_mlflow_down_mid_sweep_records_reach_it_when_back(mlflow_srv, tmp_path, 
         f"fixed.epochs={epochs}",
     )
     wait_until(
-        lambda: any(r.data.metrics.get("epoch", 0) >= 1 for r in child_runs(mlflow_srv.uri)),
+        lambda: any(
+            r.data.metrics.get("epoch", 0) >= 1 for r in child_runs(mlflow_srv.uri, sweep.name)
+        ),
         "MLflow shows epoch 1",
     )
     relay.cut()
@@ -787,7 +802,7 @@ def test_mlflow_down_mid_sweep_records_reach_it_when_back(mlflow_srv, tmp_path, 
     assert summary["complete"]
     assert "is not answering" in err and "is back" in err
     client = MlflowClient(mlflow_srv.uri)
-    runs = child_runs(mlflow_srv.uri)
+    runs = child_runs(mlflow_srv.uri, sweep.name)
     check_child_runs(client, runs, 4)
     for run in runs:
         assert_full_histories(client, run, epochs)
@@ -821,7 +836,9 @@ def test_mlflow_down_to_the_end_then_resume_elsewhere_sends_what_was_kept(
         env={"RHNSEARCH_MLFLOW_WAIT": "2"},  # not 30 s: gone for good
     )
     wait_until(
-        lambda: any(r.data.metrics.get("epoch", 0) >= 1 for r in child_runs(mlflow_srv.uri)),
+        lambda: any(
+            r.data.metrics.get("epoch", 0) >= 1 for r in child_runs(mlflow_srv.uri, sweep.name)
+        ),
         "MLflow shows epoch 1",
     )
     mlflow_srv.kill()
@@ -841,7 +858,7 @@ def test_mlflow_down_to_the_end_then_resume_elsewhere_sends_what_was_kept(
     summary = json_summary(proc)
     assert summary["complete"] and summary["completed"] == 2, proc.stderr[-3000:]
     client = MlflowClient(mlflow_srv.uri)
-    runs = child_runs(mlflow_srv.uri)
+    runs = child_runs(mlflow_srv.uri, sweep.name)
     check_child_runs(client, runs, 2)
     for run in runs:
         assert_full_histories(client, run, epochs)
@@ -865,7 +882,9 @@ def test_driver_killed_while_mlflow_is_down_loses_no_record(mlflow_srv, tmp_path
         f"fixed.epochs={epochs}",
     )
     wait_until(
-        lambda: any(r.data.metrics.get("epoch", 0) >= 1 for r in child_runs(mlflow_srv.uri)),
+        lambda: any(
+            r.data.metrics.get("epoch", 0) >= 1 for r in child_runs(mlflow_srv.uri, sweep.name)
+        ),
         "MLflow shows epoch 1",
     )
     mlflow_srv.kill()
@@ -893,7 +912,7 @@ def test_driver_killed_while_mlflow_is_down_loses_no_record(mlflow_srv, tmp_path
     summary = json_summary(proc)
     assert summary["complete"] and summary["completed"] == 2, proc.stderr[-3000:]
     client = MlflowClient(mlflow_srv.uri)
-    runs = child_runs(mlflow_srv.uri)
+    runs = child_runs(mlflow_srv.uri, sweep.name)
     check_child_runs(client, runs, 2)
     for run in runs:
         assert_full_histories(client, run, epochs)
@@ -944,7 +963,7 @@ def test_a_silent_tracking_server_does_not_stall_the_sweep(mlflow_srv, tmp_path,
         "--set",
         "archs=[rhn, dtrnn]",
     )  # 16 trials
-    wait_until(lambda: child_runs(mlflow_srv.uri), "the sweep's first run")
+    wait_until(lambda: child_runs(mlflow_srv.uri, sweep.name), "the sweep's first run")
 
     def results() -> int:
         return sum(len(rows) for rows in sweep.results().values())
@@ -960,7 +979,7 @@ def test_a_silent_tracking_server_does_not_stall_the_sweep(mlflow_srv, tmp_path,
     assert code == 0 and summary and summary["complete"], err[-3000:]
     client = MlflowClient(mlflow_srv.uri)
     experiment = client.get_experiment_by_name("jsb_optimization").experiment_id
-    (parent,) = client.search_runs([experiment], "tags.kind = 'sweep'")
+    (parent,) = client.search_runs([experiment], "tags.kind = 'sweep' and tags.sweep = 'silent'")
     assert parent.info.status == "FINISHED"
     runs = client.search_runs([experiment], f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
     check_child_runs(client, runs, 16)  # one run per trial
