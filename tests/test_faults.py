@@ -1323,7 +1323,8 @@ def test_an_own_cell_trains_on_a_worker_that_cannot_import_it(tmp_path, data_dir
     in the node's own mount namespace; it is on neither its PYTHONPATH nor its cwd), and a
     head with no CPU, so that the trials run on that worker: Ray ships the module
     (py_modules) and the own-cell trial trains there, to a finite loss, through `sweep run
-    --address` (a module file) and through `sweep submit` (a package, and a module file)."""
+    --address` (a module file) and through `sweep submit` (a package and a module file, one
+    job)."""
     import lab_services
     from conftest import MINIMAL_RNN, OWN_CELL
 
@@ -1346,7 +1347,7 @@ def test_an_own_cell_trains_on_a_worker_that_cannot_import_it(tmp_path, data_dir
         "PYTHONPATH": os.pathsep.join([str(lab), os.environ.get("PYTHONPATH", "")]),
     }
 
-    def sweep(arch: str) -> list:
+    def sweep(*archs: str) -> list:
         return [
             "--preset",
             "smoke",
@@ -1355,7 +1356,7 @@ def test_an_own_cell_trains_on_a_worker_that_cannot_import_it(tmp_path, data_dir
             "--storage-path",
             storage,
             "--set",
-            f'archs=["{arch}"]',
+            f"archs={json.dumps(archs)}",
             "--set",
             "depths=[1]",
             "--set",
@@ -1373,8 +1374,11 @@ def test_an_own_cell_trains_on_a_worker_that_cannot_import_it(tmp_path, data_dir
     def trained_on_the_worker(uri: str, name: str, arch: str):
         client = MlflowClient(uri)
         experiment = client.get_experiment_by_name("jsb_optimization").experiment_id
-        (run,) = client.search_runs([experiment], f"tags.kind = 'trial' and tags.sweep = '{name}'")
-        assert run.data.params["arch"] == arch and run.data.tags["status"] == "completed"
+        (run,) = client.search_runs(
+            [experiment],
+            f"tags.kind = 'trial' and tags.sweep = '{name}' and params.arch = '{arch}'",
+        )
+        assert run.data.tags["status"] == "completed"
         assert run.data.tags["node_id"] == worker
         loss = run.data.metrics["best_valid_loss"]
         assert math.isfinite(loss) and loss < 88 * math.log(2), loss  # below a coin per key
@@ -1397,12 +1401,12 @@ def test_an_own_cell_trains_on_a_worker_that_cannot_import_it(tmp_path, data_dir
     trained_on_the_worker(uri, "own-run", OWN_CELL)
     with lab_services.mlflow_server(f"sqlite:///{tmp_path / 'server.db'}", tmp_path) as url:
 
-        def submit(arch: str, name: str):
+        def submit(*archs: str, name: str):
             return rhnsearch_cli(
                 "sweep",
                 "submit",
                 "spaces/jsb_optimization.yaml",
-                *sweep(arch),
+                *sweep(*archs),
                 "--address",
                 cluster.dashboard,
                 "--tracking-uri",
@@ -1416,8 +1420,8 @@ def test_an_own_cell_trains_on_a_worker_that_cannot_import_it(tmp_path, data_dir
                 check=False,
             )
 
-        # a package, and a module file (shipped to the job as a folder of its own)
-        for arch, name in (("labpkg:MinimalRNNCell", "own-submit"), (OWN_CELL, "own-submit-file")):
-            proc = submit(arch, name)
-            assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-            trained_on_the_worker(url, name, arch)
+        # a package, and a module file (shipped to the job as a folder of its own), in one job
+        proc = submit("labpkg:MinimalRNNCell", OWN_CELL, name="own-submit")
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        for arch in ("labpkg:MinimalRNNCell", OWN_CELL):
+            trained_on_the_worker(url, "own-submit", arch)
