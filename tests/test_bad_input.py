@@ -1,22 +1,17 @@
 """Bad input, each a one-line error with exit code 2 and nothing written: search spaces (a
 table of cases and a property test of random mutations), data files, MLflow URIs, the UI's
-port. Security: the UI listens on loopback only; a checkpoint holding pickled objects is
-refused unread."""
+port. Security: a checkpoint holding pickled objects is refused unread (that the UI listens
+on loopback only: test_ui.py)."""
 
 import functools
 import json
 import os
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 import uuid
 from pathlib import Path
 
-import psutil
 import pytest
 import torch
 import yaml
@@ -27,7 +22,7 @@ from rhnsearch.cli import main
 from rhnsearch.errors import UserError
 from rhnsearch.search.space import load_space
 
-from conftest import JSB_SPACE, ROOT, free_port, http_file_server, rhnsearch_cli, rhnsearch_main
+from conftest import JSB_SPACE, ROOT, http_file_server, rhnsearch_cli, rhnsearch_main
 
 SPACES = sorted((ROOT / "spaces").glob("*.yaml"))
 UNREACHABLE_RAY = ["--address", "127.0.0.1:9"]  # a space that wrongly passed stops here
@@ -350,67 +345,6 @@ def test_sweep_status_of_an_unreachable_cluster_writes_nothing(tmp_path):
 
 
 # -- security --------------------------------------------------------------------------------
-def listening(port: int) -> list[str]:
-    """The local addresses of the sockets listening on `port`."""
-    return [
-        c.laddr.ip
-        for c in psutil.net_connections(kind="inet")
-        if c.status == psutil.CONN_LISTEN and c.laddr.port == port
-    ]
-
-
-@pytest.mark.services  # starts `rhnsearch ui`, an MLflow server
-def test_ui_listens_on_loopback_only(tmp_path):
-    """`rhnsearch ui` without --host: the server listens on 127.0.0.1 only, the machine's
-    other addresses are refused, and stopping the command frees the port."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rhnsearch.cli",
-            "ui",
-            "--port",
-            str(port),
-            "--tracking-uri",
-            f"sqlite:///{tmp_path / 'ui.db'}",
-        ],
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 240
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5):
-                    break
-            except OSError:
-                assert proc.poll() is None, proc.stderr.read()[-2000:]
-                assert time.monotonic() < deadline, "the MLflow UI did not answer in 240 s"
-                time.sleep(1)
-        assert set(listening(port)) == {"127.0.0.1"}
-        others = [
-            a.address
-            for addrs in psutil.net_if_addrs().values()
-            for a in addrs
-            if a.family == socket.AF_INET and not a.address.startswith("127.")
-        ]
-        for address in others:  # the machine's other interfaces are refused
-            with socket.socket() as s:
-                s.settimeout(5)
-                assert s.connect_ex((address, port)) != 0, address
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)  # the ui command and the server it runs
-        proc.wait(timeout=60)
-    deadline = time.monotonic() + 60  # the server closes its socket as it shuts down
-    while listening(port) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert listening(port) == []
-
-
 class Payload:
     """Unpickling this runs os.mkdir(marker): what a hostile checkpoint could do."""
 

@@ -41,6 +41,15 @@ def wait_for_health(url: str, proc, timeout: float = 240):
         time.sleep(1)
 
 
+def listening(port: int) -> list[str]:
+    """The local addresses of the sockets listening on `port`."""
+    return [
+        c.laddr.ip
+        for c in psutil.net_connections(kind="inet")
+        if c.status == psutil.CONN_LISTEN and c.laddr.port == port
+    ]
+
+
 @pytest.fixture(scope="module")
 def ui(jsb_smoke):
     """`rhnsearch ui` on a free loopback port, serving the smoke sweeps' store (a server: the
@@ -178,44 +187,63 @@ def test_export_through_the_server_matches_the_sqlite_store(ui, jsb_smoke, tmp_p
 
 
 @pytest.mark.services  # starts `rhnsearch ui`, an MLflow server
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_ui_stopped_by_a_signal_takes_its_server_down(signum, tmp_path):
-    """`kill PID` (a process manager) or Ctrl-C on `rhnsearch ui` alone, not on its process
-    group: the MLflow server and every process it started end, and the port is free."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rhnsearch.cli",
-            "ui",
-            "--port",
-            str(port),
-            "--tracking-uri",
-            f"sqlite:///{tmp_path / 'mlflow.db'}",
-        ],
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+def test_ui_listens_on_loopback_only_and_a_signal_takes_its_server_down(tmp_path):
+    """`rhnsearch ui` without --host: the server listens on 127.0.0.1 only and the machine's
+    other addresses are refused. `kill PID` (a process manager) or Ctrl-C on `rhnsearch ui`
+    alone, not on its process group: the MLflow server and every process it started end, and
+    the port is free. (The two UIs, one for each signal, run side by side.)"""
+    others = [
+        a.address
+        for addrs in psutil.net_if_addrs().values()
+        for a in addrs
+        if a.family == socket.AF_INET and not a.address.startswith("127.")
+    ]
+    uis = {}
     try:
-        wait_for_health(f"http://127.0.0.1:{port}", proc)
-        tree = psutil.Process(proc.pid).children(recursive=True)
-        assert any("uvicorn" in " ".join(p.cmdline()) for p in tree)
-        proc.send_signal(signum)
-        assert proc.wait(timeout=60) == 128 + signum
-        gone, alive = psutil.wait_procs(tree, timeout=10)
-        assert [p for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
-        with socket.socket() as s:  # a new server can listen on the port (as servers do,
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past TIME_WAIT)
-            s.bind(("127.0.0.1", port))
-            s.listen()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            port = free_port()
+            uis[signum] = (
+                port,
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "rhnsearch.cli",
+                        "ui",
+                        "--port",
+                        str(port),
+                        "--tracking-uri",
+                        f"sqlite:///{tmp_path / f'mlflow{int(signum)}.db'}",
+                    ],
+                    cwd=tmp_path,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    start_new_session=True,
+                ),
+            )
+        for signum, (port, proc) in uis.items():
+            wait_for_health(f"http://127.0.0.1:{port}", proc)
+            assert set(listening(port)) == {"127.0.0.1"}
+            for address in others:  # the machine's other interfaces are refused
+                with socket.socket() as s:
+                    s.settimeout(5)
+                    assert s.connect_ex((address, port)) != 0, address
+            tree = psutil.Process(proc.pid).children(recursive=True)
+            assert any("uvicorn" in " ".join(p.cmdline()) for p in tree)
+            proc.send_signal(signum)
+            assert proc.wait(timeout=60) == 128 + signum, signum.name
+            gone, alive = psutil.wait_procs(tree, timeout=10)
+            assert [p for p in alive if p.status() != psutil.STATUS_ZOMBIE] == [], signum.name
+            with socket.socket() as s:  # a new server can listen on the port (as servers do,
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past TIME_WAIT)
+                s.bind(("127.0.0.1", port))
+                s.listen()
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        for _, proc in uis.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
 
 
 def test_ui_server_gives_the_runs_datasets_and_the_models_tab(ui, jsb_smoke):
