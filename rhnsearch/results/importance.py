@@ -12,23 +12,28 @@ from optuna.distributions import (
     FloatDistribution,
     IntDistribution,
 )
-from optuna.importance import FanovaImportanceEvaluator, PedAnovaImportanceEvaluator
 from optuna.trial import TrialState, create_trial
 
 from ..tracking import store
 from . import arch_order
 from .tables import finished
 
-EVALUATORS = {
-    "fANOVA": lambda: FanovaImportanceEvaluator(seed=0),
-    "PED-ANOVA": PedAnovaImportanceEvaluator,
-}
+EVALUATORS = ("fANOVA", "PED-ANOVA")  # Optuna's importance evaluators, as `evaluators` names them
 MIN_TRIALS = 4  # fewer usable trials of an architecture: no importance for it
 # more: fitted on this many drawn at random. fANOVA's forest grows faster than the trials: an
 # architecture's fit took 1.3, 4.4 and 13.8 s at 100, 250 and 500 (docs/scale.md)
 MAX_TRIALS = 250
 SAMPLE_SEED = 0
 VALUE = "metrics.best_valid_loss"
+
+
+def evaluators() -> dict:
+    """EVALUATORS by name, made anew. (`optuna.importance` is imported here, not with this
+    module: its import takes 2 s, which a sweep closing with too few trials for an importance
+    need not spend.)"""
+    from optuna.importance import FanovaImportanceEvaluator, PedAnovaImportanceEvaluator
+
+    return {"fANOVA": FanovaImportanceEvaluator(seed=0), "PED-ANOVA": PedAnovaImportanceEvaluator()}
 
 
 def python(value):
@@ -111,8 +116,8 @@ def importances(trials: pd.DataFrame, *, max_trials: int = MAX_TRIALS) -> tuple[
         with quiet():
             built = study(used.sort_index(), names)
             found = {
-                evaluator: optuna.importance.get_param_importances(built, evaluator=make())
-                for evaluator, make in EVALUATORS.items()
+                name: optuna.importance.get_param_importances(built, evaluator=evaluator)
+                for name, evaluator in evaluators().items()
             }
         for evaluator, values in found.items():
             rows += [
