@@ -185,7 +185,10 @@ def test_killed_driver_resumes_from_another_directory(s3_server, tmp_path, data_
     assert state["search"] == "optuna" and state["storage"] == uri
 
     # extended from a third directory: a setting more a cell, its round's Tune state in the
-    # bucket beside the first's, each cell's study gone on in the bucket's journal
+    # bucket beside the first's, each cell's study gone on in the bucket's journal (its
+    # trials before as they were, none run twice), under the same parent run
+    studies = storage.join(uri, "optuna-s3")
+    before = {name: load_study(studies, name).trials for name in study_names(studies)}
     third = tmp_path / "third"
     third.mkdir()
     proc = rhnsearch_cli(
@@ -208,7 +211,14 @@ def test_killed_driver_resumes_from_another_directory(s3_server, tmp_path, data_
     keys = s3_server.keys(bucket, "sweeps/optuna-s3/extend-1/")
     assert any("experiment_state" in k for k in keys), keys
     assert not [p for p in third.rglob("*") if p.is_file() and "run_trial" in str(p)]
-    for name in study_names(storage.join(uri, "optuna-s3")):
-        trials = load_study(storage.join(uri, "optuna-s3"), name).trials
+    for name in study_names(studies):
+        trials = load_study(studies, name).trials
+        assert [t.params for t in trials[: len(before[name])]] == [t.params for t in before[name]]
         done = [t for t in trials if t.state.name == "COMPLETE"]  # (the kill may cut an ask)
         assert len(done) >= 4 and len({t.params["lr"] for t in done}) == len(done)
+    (parent,) = client.search_runs(
+        [runs[0].info.experiment_id], "tags.kind = 'sweep' and tags.sweep = 'optuna-s3'"
+    )
+    assert parent.info.status == "FINISHED" and parent.data.params["search"] == "optuna"
+    assert parent.data.tags["extended_1"].startswith("3 -> 4 settings a cell")
+    assert {r.data.tags["mlflow.parentRunId"] for r in runs} == {parent.info.run_id}
