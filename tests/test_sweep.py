@@ -571,7 +571,7 @@ def forget_newest_trial(round_dir: Path) -> str:
     return json.loads(info)["trial_id"]
 
 
-def test_optuna_sweep_has_a_study_per_cell_resumed_and_extended(tmp_path, data_dir, sweeps):
+def test_optuna_sweep_has_a_study_per_cell_and_resumes(tmp_path, data_dir, sweeps):
     """`--search optuna` gives each (arch, depth) cell its own study in the sweep's journal,
     SWEEP/CELL; a setting the cell's arch does not read is not sampled (no t_bias for
     DT-RNN); trials run as many at once as the slots allow (here 4: half a CPU each on 2).
