@@ -103,22 +103,33 @@ def command_line(process: psutil.Process) -> str:
         return ""
 
 
-# -- a trial's worker killed ---------------------------------------------------------------
-def test_trial_worker_killed_mid_epoch_resumes_from_its_checkpoint(tmp_path, data_dir, sweeps):
-    """SIGKILL the trial's Ray worker mid-epoch: Tune retries it from its last checkpoint on
-    a new worker; one MLflow run, every epoch once, the same losses as an unbroken run."""
+# -- a trial's worker killed, then its driver -----------------------------------------------
+def test_worker_then_driver_killed_trial_goes_on_from_its_checkpoints(tmp_path, data_dir, sweeps):
+    """One trial, two faults. SIGKILL the trial's Ray worker mid-epoch: Tune retries it from
+    its last checkpoint on a new worker. Then the race of ray-project/ray#27790: Tune deletes
+    a superseded checkpoint before it saves its state naming the new one, and a driver killed
+    in between left a sweep that `sweep resume` could not finish (seen in CI). Kill the
+    driver, leave the files as that race does (the state's checkpoint gone, a newer one
+    there, and a file a kill cut short), resume: the trial goes on from the newer checkpoint
+    and the cut file is gone. One MLflow run, every epoch once, the same losses as an unbroken
+    run. (Tune saves its state at every step here, see Sweep, so that the state names the
+    checkpoint just before the newest, as the race leaves it; on its own period the state may
+    name none yet.)"""
+    import torch
+
     from rhnsearch.data import load_dataset
     from rhnsearch.search.trial import TrialSpec
+    from rhnsearch.sweep.checkpoints import saved_state, stale_checkpoints
     from rhnsearch.train import Trainer
 
-    epochs = 10
+    epochs = 14
     sweep = sweeps(
         tmp_path,
         "worker-killed",
         data_dir,
         *SMALL,
         "--set",
-        "depths=[6]",
+        "depths=[6]",  # epochs long enough for a kill to land mid-epoch
         "--set",
         "samples=1",
         "--set",
@@ -142,66 +153,20 @@ def test_trial_worker_killed_mid_epoch_resumes_from_its_checkpoint(tmp_path, dat
     ]
     kill_all([worker])
 
-    code, summary, err = sweep.wait()
-    assert code == 0 and summary and summary["completed"] == 1, err[-3000:]
-    assert summary["complete"]
-    client = MlflowClient(uri)
-    runs = child_runs(uri)
-    check_child_runs(client, runs, 1)  # one run, not two
-    assert_full_histories(client, runs[0], epochs)
-    ((trial_dir, results),) = sweep.results().items()
-    pids = [r["pid"] for r in results]
-    assert pids[0] == worker.pid and len(set(pids)) == 2, pids  # it went on in a new worker
-    assert_went_on_from_a_checkpoint(results, epochs)
-    experiment = tmp_path / "results" / "sweeps" / sweep.name
-    config = json.loads((experiment / trial_dir / "params.json").read_text())
-    cells = json.loads((experiment / "rhnsearch_sweep.json").read_text())["cells"]
-    unbroken = Trainer(
-        TrialSpec.from_tune(config, cells).config,
-        load_dataset("jsb", data_dir=data_dir, allow_fetch=False),
-    )
-    unbroken.fit()
-    logged = sorted(
-        client.get_metric_history(runs[0].info.run_id, "valid_loss"), key=lambda m: m.step
-    )
-    assert [m.value for m in logged] == [h["valid_loss"] for h in unbroken.history]
+    def went_on_in_a_new_worker_past(epoch: int) -> bool:
+        return any(
+            rows[-1]["pid"] != worker.pid and rows[-1]["epoch"] >= epoch
+            for rows in sweep.results().values()
+            if rows
+        )
 
-
-def test_resume_after_tune_deleted_the_checkpoint_its_saved_state_names(tmp_path, data_dir, sweeps):
-    """Tune deletes a superseded checkpoint before it saves its state naming the new one
-    (ray-project/ray#27790): a driver killed in between left a sweep that `sweep resume`
-    could not finish (seen in CI). Kill the driver, leave the files as that race does (the
-    state's checkpoint gone, a newer one there, and a file a kill cut short), resume: the trial
-    goes on from the newer checkpoint, its run has every epoch once, and the cut file is gone.
-    (Tune saves its state at every step here, see Sweep, so that the state names the
-    checkpoint just before the newest, as the race leaves it; on its own period the state may
-    name none yet.)"""
-    import torch
-
-    from rhnsearch.sweep.checkpoints import saved_state, stale_checkpoints
-
-    epochs = 20
-    sweep = sweeps(
-        tmp_path,
-        "stale-state",
-        data_dir,
-        *SMALL,
-        "--set",
-        "depths=[1]",
-        "--set",
-        "samples=1",
-        "--set",
-        f"fixed.epochs={epochs}",
-    )
-    uri = f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"
-    wait_until(
-        lambda: any(r.data.metrics.get("epoch", 0) >= 5 for r in child_runs(uri)),
-        "MLflow shows epoch 5",
-    )
+    wait_until(lambda: went_on_in_a_new_worker_past(6), "the new worker reported epoch 6")
     sweep.stop()
+    ((trial_dir, before),) = sweep.results().items()
+    assert before[0]["pid"] == worker.pid and len({r["pid"] for r in before}) == 2
     directory = tmp_path / "results" / "sweeps" / sweep.name
     held = {}  # epoch of each complete checkpoint (one the kill cut short has no file yet)
-    for path in next(directory.glob("run_trial_*")).glob("checkpoint_*"):
+    for path in (directory / trial_dir).glob("checkpoint_*"):
         if (path / "trainer.pt").exists():
             held[path] = torch.load(path / "trainer.pt", weights_only=True)["epoch"]
         else:
@@ -212,8 +177,8 @@ def test_resume_after_tune_deleted_the_checkpoint_its_saved_state_names(tmp_path
     logged = held[checkpoint]
     index = int(checkpoint.name[-6:])  # registered in place of the one the state names
     newer = checkpoint.rename(checkpoint.with_name(f"checkpoint_{index + 1:06d}"))
-    ((trial_dir, named),) = stale_checkpoints(str(directory), saved_state(str(directory)))
-    assert trial_dir == str(newer.parent) and named < newer.name
+    ((stale_dir, named),) = stale_checkpoints(str(directory), saved_state(str(directory)))
+    assert stale_dir == str(newer.parent) and named < newer.name
     leftover = directory / ".experiment_state-x.json.0123abcd.tmp"  # as a kill mid-file leaves
     leftover.write_text('{"trial_')
 
@@ -229,13 +194,26 @@ def test_resume_after_tune_deleted_the_checkpoint_its_saved_state_names(tmp_path
     summary = json_summary(proc)
     assert summary["complete"] and summary["completed"] == 1, proc.stderr[-3000:]
     assert not leftover.exists()
-    rows = sweep.results()[newer.parent.name]
-    resumed = [r["epoch"] for r in rows if r["pid"] != rows[0]["pid"]]
+    rows = sweep.results()[trial_dir]
+    resumed = [r["epoch"] for r in rows if r["pid"] not in {p["pid"] for p in before}]
     assert resumed == list(range(logged + 1, epochs + 1))
+    assert_went_on_from_a_checkpoint(rows, epochs)  # on each of its three workers
     client = MlflowClient(uri)
-    (run,) = child_runs(uri)
-    assert run.data.tags["status"] == "completed"
-    assert_full_histories(client, run, epochs)
+    runs = child_runs(uri)
+    check_child_runs(client, runs, 1)  # one run, not two
+    assert runs[0].data.tags["status"] == "completed"
+    assert_full_histories(client, runs[0], epochs)
+    config = json.loads((directory / trial_dir / "params.json").read_text())
+    cells = json.loads((directory / "rhnsearch_sweep.json").read_text())["cells"]
+    unbroken = Trainer(
+        TrialSpec.from_tune(config, cells).config,
+        load_dataset("jsb", data_dir=data_dir, allow_fetch=False),
+    )
+    unbroken.fit()
+    logged = sorted(
+        client.get_metric_history(runs[0].info.run_id, "valid_loss"), key=lambda m: m.step
+    )
+    assert [m.value for m in logged] == [h["valid_loss"] for h in unbroken.history]
 
 
 def test_pruning_keeps_the_registered_checkpoint_and_any_newer_one(tmp_path):
