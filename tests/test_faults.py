@@ -163,7 +163,8 @@ def test_worker_then_driver_killed_trial_goes_on_from_its_checkpoints(tmp_path, 
     wait_until(lambda: went_on_in_a_new_worker_past(6), "the new worker reported epoch 6")
     sweep.stop()
     ((trial_dir, before),) = sweep.results().items()
-    assert before[0]["pid"] == worker.pid and len({r["pid"] for r in before}) == 2
+    workers = {r["pid"] for r in before}
+    assert before[0]["pid"] == worker.pid and len(workers) == 2
     directory = tmp_path / "results" / "sweeps" / sweep.name
     held = {}  # epoch of each complete checkpoint (one the kill cut short has no file yet)
     for path in (directory / trial_dir).glob("checkpoint_*"):
@@ -195,7 +196,7 @@ def test_worker_then_driver_killed_trial_goes_on_from_its_checkpoints(tmp_path, 
     assert summary["complete"] and summary["completed"] == 1, proc.stderr[-3000:]
     assert not leftover.exists()
     rows = sweep.results()[trial_dir]
-    resumed = [r["epoch"] for r in rows if r["pid"] not in {p["pid"] for p in before}]
+    resumed = [r["epoch"] for r in rows if r["pid"] not in workers]
     assert resumed == list(range(logged + 1, epochs + 1))
     assert_went_on_from_a_checkpoint(rows, epochs)  # on each of its three workers
     client = MlflowClient(uri)

@@ -214,6 +214,8 @@ def test_killed_driver_resumes_from_another_directory(s3_server, tmp_path, data_
     for name in study_names(studies):
         trials = load_study(studies, name).trials
         assert [t.params for t in trials[: len(before[name])]] == [t.params for t in before[name]]
+        finished = [t for t in trials if t.state.is_finished()]
+        assert len(finished) == sum(t.state.is_finished() for t in before[name]) + 1, name
         done = [t for t in trials if t.state.name == "COMPLETE"]  # (the kill may cut an ask)
         assert len(done) >= 4 and len({t.params["lr"] for t in done}) == len(done)
     (parent,) = client.search_runs(

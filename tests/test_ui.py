@@ -41,6 +41,27 @@ def wait_for_health(url: str, proc, timeout: float = 240):
         time.sleep(1)
 
 
+def start_ui(port: int, tracking_uri: str, cwd: Path) -> subprocess.Popen:
+    """`rhnsearch ui` on 127.0.0.1:PORT serving TRACKING_URI, in its own process group."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rhnsearch.cli",
+            "ui",
+            "--port",
+            str(port),
+            "--tracking-uri",
+            tracking_uri,
+        ],
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
 def listening(port: int) -> list[str]:
     """The local addresses of the sockets listening on `port`."""
     return [
@@ -56,23 +77,7 @@ def ui(jsb_smoke):
     `services` tier, conftest.FIXTURE_TIERS)."""
     tiers.needs("services", "starts the MLflow UI server")
     port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rhnsearch.cli",
-            "ui",
-            "--port",
-            str(port),
-            "--tracking-uri",
-            jsb_smoke.tracking_uri,
-        ],
-        cwd=jsb_smoke.cwd,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    proc = start_ui(port, jsb_smoke.tracking_uri, jsb_smoke.cwd)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for_health(url, proc)
@@ -204,23 +209,7 @@ def test_ui_listens_on_loopback_only_and_a_signal_takes_its_server_down(tmp_path
             port = free_port()
             uis[signum] = (
                 port,
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "rhnsearch.cli",
-                        "ui",
-                        "--port",
-                        str(port),
-                        "--tracking-uri",
-                        f"sqlite:///{tmp_path / f'mlflow{int(signum)}.db'}",
-                    ],
-                    cwd=tmp_path,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                    start_new_session=True,
-                ),
+                start_ui(port, f"sqlite:///{tmp_path / f'mlflow{int(signum)}.db'}", tmp_path),
             )
         for signum, (port, proc) in uis.items():
             wait_for_health(f"http://127.0.0.1:{port}", proc)
