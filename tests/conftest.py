@@ -55,18 +55,34 @@ FIXTURE_TIERS = {
 # Session fixtures that mostly wait: each starts at the session's first test when a selected
 # test uses it, so that its wait overlaps the tests before that one.
 EARLY = ("requeued_sweep",)
+# Under pytest-xdist (`-n 2 --dist loadgroup`, the README's test command) the tests that use
+# a session fixture too costly to make twice run in one worker: a group per fixture family.
+XDIST_GROUPS = {
+    "jsb_smoke": "smoke-sweeps",
+    "ptb_budget_smoke": "smoke-sweeps",
+    "ptb_hsg_smoke": "smoke-sweeps",
+    "jsb_diverging": "smoke-sweeps",
+    "slurm": "slurm",  # one Slurm of the session's own: its daemons, ports and requeued job
+}
+IN_XDIST_WORKER = "PYTEST_XDIST_WORKER" in os.environ
 
 
 def pytest_configure(config):
     for name, text in tiers.TIERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
+    # pytest-xdist's own marker, named here too so that --strict-markers holds without it
+    config.addinivalue_line("markers", "xdist_group(name): run in one pytest-xdist worker")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items):
     for item in items:
         for name in item.fixturenames:  # the closure: fixtures of fixtures too
             for tier in FIXTURE_TIERS.get(name, ()):
                 item.add_marker(tier)
+        groups = {XDIST_GROUPS[n] for n in item.fixturenames if n in XDIST_GROUPS}
+        if groups:
+            item.add_marker(pytest.mark.xdist_group("+".join(sorted(groups))))
 
 
 @pytest.fixture(autouse=True)
@@ -84,18 +100,20 @@ def _tier_guard(request):
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
-    """A test of the fast tier that took longer than SLOW_SECONDS fails: mark it `slow`."""
+    """A test of the fast tier that took longer than SLOW_SECONDS fails: mark it `slow`.
+    Under xdist, SLOW_SECONDS times the workers: each shares the cores with the others."""
     report = yield
+    limit = SLOW_SECONDS * int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if (
         call.when == "call"
         and report.passed
-        and call.duration > SLOW_SECONDS
+        and call.duration > limit
         and not any(item.get_closest_marker(t) for t in tiers.TIERS)
     ):
         report.outcome = "failed"
         report.longrepr = (
             f"{item.nodeid} took {call.duration:.0f} s, more than the fast "
-            f"tier's {SLOW_SECONDS} s: mark it `slow`"
+            f"tier's {limit} s: mark it `slow`"
         )
     return report
 
@@ -450,7 +468,11 @@ def requeued_sweep(slurm, tmp_path_factory, data_dir):
 
 @pytest.fixture(scope="session", autouse=True)
 def _early_starts(request):
-    """Start the EARLY fixtures the selected tests use, at the session's first test."""
+    """Start the EARLY fixtures the selected tests use, at the session's first test. Not in
+    an xdist worker, which does not know which tests it will be sent: there they start with
+    the first test that uses them, and the other worker goes on meanwhile."""
+    if IN_XDIST_WORKER:
+        return
     used = {name for item in request.session.items for name in item.fixturenames}
     for name in EARLY:
         if name in used:

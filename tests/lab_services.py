@@ -46,7 +46,11 @@ def postgres_cluster() -> int:
         raise ServiceError("no PostgreSQL cluster: create one (pg_createcluster 15 main)")
     version, name, port, status = lines[0].split()[:4]
     if status != "online":
-        _run(["pg_ctlcluster", version, name, "start"], f"starting PostgreSQL {version}/{name}")
+        try:
+            _run(["pg_ctlcluster", version, name, "start"], f"starting PostgreSQL {version}/{name}")
+        except ServiceError:  # another test process may have started it meanwhile
+            if "online" not in _run(["pg_lsclusters", "--no-header", version, name], "listing"):
+                raise
     return int(port)
 
 
