@@ -6,7 +6,9 @@ a copy of it in a fresh PostgreSQL database (MLflow's own migrations make the sc
 every row is copied table by table), `mlflow server` (one worker, as scale.py's) is started
 and, one after the other, timed:
 - plain MLflow: `MlflowClient.search_runs` of the sweep's trial runs, every page (what a
-  user's own script or `mlflow.search_runs` reads), and of all the experiment's runs;
+  user's own script or `mlflow.search_runs` reads), and of all the experiment's runs; and of
+  the trial runs in pages of 1,000, one after the other and with the next page asked for
+  while the last one is read (does the client's share overlap the server's?);
 - rhnsearch: `results table`, `results export --history` and `results report`, with
   --tracking-uri the server (`sweep status` reads the store its sweep's record names).
 With the sqlite file read directly too (no server), for the REST path's share.
@@ -18,8 +20,10 @@ With the sqlite file read directly too (no server), for the REST path's share.
 
 import argparse
 import json
+import queue
 import sqlite3
 import sys
+import threading
 import time
 from contextlib import ExitStack, closing
 from pathlib import Path
@@ -72,18 +76,47 @@ def parents_first(db: sqlite3.Connection, tables: list[str]) -> list[str]:
     return order
 
 
+def prefetched(client: MlflowClient, experiment: str, query: str, page: int) -> list:
+    """Every run matching QUERY, pages of PAGE, a thread asking for the next page while this
+    one takes the last."""
+    pages: queue.Queue = queue.Queue(maxsize=2)
+
+    def fetch():
+        token = None
+        while True:
+            found = client.search_runs([experiment], query, max_results=page, page_token=token)
+            pages.put(found)
+            token = found.token
+            if not token:
+                return pages.put(None)
+
+    threading.Thread(target=fetch, daemon=True).start()
+    runs = []
+    while (found := pages.get()) is not None:
+        runs.extend(found)
+    return runs
+
+
 def plain_reads(url: str) -> dict:
-    """Seconds of plain MLflow's search_runs of the sweep's trials and of every run."""
+    """Seconds of plain MLflow's search_runs of the sweep's trials (in one page, in pages of
+    1,000, and those prefetched) and of every run."""
     client = MlflowClient(url)
     experiment = client.get_experiment_by_name(EXPERIMENT).experiment_id
+    trials = f"tags.mlflow.parentRunId != '' and tags.sweep = '{NAME}'"
     seconds = {}
-    for name, query in (
-        ("search_trials", f"tags.mlflow.parentRunId != '' and tags.sweep = '{NAME}'"),
-        ("search_all", ""),
+    for name, read in (
+        ("search_trials", lambda: all_runs(client, experiment, trials)),
+        ("search_all", lambda: all_runs(client, experiment, "")),
+        ("search_trials_pages_of_1000", lambda: all_runs(client, experiment, trials, page=1000)),
+        ("search_trials_prefetched", lambda: prefetched(client, experiment, trials, 1000)),
     ):
-        start = time.monotonic()
-        runs = all_runs(client, experiment, query)
-        seconds[name] = {"wall": time.monotonic() - start, "runs": len(runs)}
+        start, cpu = time.monotonic(), time.process_time()
+        runs = read()
+        seconds[name] = {
+            "wall": time.monotonic() - start,
+            "client_cpu": time.process_time() - cpu,
+            "runs": len(runs),
+        }
     return seconds
 
 
