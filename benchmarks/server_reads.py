@@ -78,21 +78,27 @@ def parents_first(db: sqlite3.Connection, tables: list[str]) -> list[str]:
 
 def prefetched(client: MlflowClient, experiment: str, query: str, page: int) -> list:
     """Every run matching QUERY, pages of PAGE, a thread asking for the next page while this
-    one takes the last."""
+    one takes the last (an error of the thread's is raised here)."""
     pages: queue.Queue = queue.Queue(maxsize=2)
 
     def fetch():
         token = None
-        while True:
-            found = client.search_runs([experiment], query, max_results=page, page_token=token)
-            pages.put(found)
-            token = found.token
-            if not token:
-                return pages.put(None)
+        try:
+            while True:
+                found = client.search_runs([experiment], query, max_results=page, page_token=token)
+                pages.put(found)
+                token = found.token
+                if not token:
+                    break
+        except Exception as exc:  # noqa: BLE001 - handed to the reader
+            pages.put(exc)
+        pages.put(None)
 
     threading.Thread(target=fetch, daemon=True).start()
     runs = []
     while (found := pages.get()) is not None:
+        if isinstance(found, Exception):
+            raise found
         runs.extend(found)
     return runs
 

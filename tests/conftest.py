@@ -65,6 +65,7 @@ XDIST_GROUPS = {
     "slurm": "slurm",  # one Slurm of the session's own: its daemons, ports and requeued job
 }
 IN_XDIST_WORKER = "PYTEST_XDIST_WORKER" in os.environ
+XDIST_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 
 
 def pytest_configure(config):
@@ -103,7 +104,7 @@ def pytest_runtest_makereport(item, call):
     """A test of the fast tier that took longer than SLOW_SECONDS fails: mark it `slow`.
     Under xdist, SLOW_SECONDS times the workers: each shares the cores with the others."""
     report = yield
-    limit = SLOW_SECONDS * int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    limit = SLOW_SECONDS * XDIST_WORKERS
     if (
         call.when == "call"
         and report.passed

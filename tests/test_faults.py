@@ -211,10 +211,10 @@ def test_worker_then_driver_killed_trial_goes_on_from_its_checkpoints(tmp_path, 
         load_dataset("jsb", data_dir=data_dir, allow_fetch=False),
     )
     unbroken.fit()
-    logged = sorted(
+    history = sorted(
         client.get_metric_history(runs[0].info.run_id, "valid_loss"), key=lambda m: m.step
     )
-    assert [m.value for m in logged] == [h["valid_loss"] for h in unbroken.history]
+    assert [m.value for m in history] == [h["valid_loss"] for h in unbroken.history]
 
 
 def test_pruning_keeps_the_registered_checkpoint_and_any_newer_one(tmp_path):
