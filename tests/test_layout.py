@@ -329,6 +329,7 @@ def test_compat_modules_check_the_installed_version(monkeypatch):
         assert "\n" not in message and f"{distribution} {installed} is installed" in message
         assert f"'{distribution}<1'" in message
         monkeypatch.undo()
-    assert mlflow_compat.server_request("http://127.0.0.1:1", "/api") is not None
+    for method in ("GET", "POST"):
+        assert mlflow_compat.server_request("http://127.0.0.1:1", "/api", method, instead="x")
     monkeypatch.setattr(mlflow_compat, "SUPPORTED", "<1")
-    assert mlflow_compat.server_request("http://127.0.0.1:1", "/api") is None
+    assert mlflow_compat.server_request("http://127.0.0.1:1", "/api", instead="x") is None

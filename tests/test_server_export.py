@@ -12,7 +12,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 from rhnsearch.compat import mlflow as mlflow_compat
-from rhnsearch.tracking import histories, snapshot, store
+from rhnsearch.tracking import histories, runs, snapshot, store
 
 from conftest import rhnsearch_main
 
@@ -130,6 +130,27 @@ def test_server_export_equals_sqlite_export(stores, tmp_path):
         pd.testing.assert_frame_equal(exported(stores[name], tmp_path, name), expected)
 
 
+def test_server_runs_read_as_json_are_mlflow_clients_runs(stores):
+    """The runs through the server read from its JSON answer are MlflowClient's: the same
+    info, tags, params and latest metrics (NaN and +-inf, which a SQL store keeps as +-max
+    float, among them), in the same order, in one page or in many; a deleted run is not."""
+    client = MlflowClient(stores["server"])
+    experiment = client.get_experiment_by_name(EXPERIMENT).experiment_id
+    parent = client.search_runs([experiment], "tags.kind = 'sweep'")[0].info.run_id
+    deleted = client.create_run(experiment, tags={"mlflow.parentRunId": parent}).info.run_id
+    client.delete_run(deleted)
+    query = "tags.mlflow.parentRunId != ''"
+    expected = [repr(runs.StoredRun.of(r)) for r in runs.all_runs(client, experiment, query)]
+    assert len(expected) == 32 and not any(deleted in r for r in expected)
+    assert any("nan" in r for r in expected) and any(
+        "-1.7976931348623157e+308" in r for r in expected
+    )
+    read = runs.matching(stores["server"], client, experiment, {"mlflow.parentRunId": None})
+    assert [repr(r) for r in read] == expected
+    paged = runs.server_runs(stores["server"], experiment, query, page=7)
+    assert [repr(r) for r in paged] == expected
+
+
 def test_history_longer_than_a_bulk_call_is_read_whole(stores):
     """The server samples a history longer than BULK_MAX_RESULTS: such a run is read again."""
     client = MlflowClient(stores["server"])
@@ -137,7 +158,7 @@ def test_history_longer_than_a_bulk_call_is_read_whole(stores):
         [client.get_experiment_by_name(EXPERIMENT).experiment_id], "tags.trial_id = 'long'"
     )[0]
     # the bulk call is there, and samples
-    request = mlflow_compat.server_request(stores["server"], histories.BULK_ENDPOINT)
+    request = mlflow_compat.server_request(stores["server"], histories.BULK_ENDPOINT, instead="x")
     answer = request(
         {
             "run_ids": [run.info.run_id],

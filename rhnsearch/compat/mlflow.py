@@ -2,10 +2,11 @@
 dataset, the `metrics` table of a database store (read directly: one SELECT for the
 histories of 500 runs) and its run tables (the runs, their tags, params and latest metrics),
 and MLflow's own HTTP helper and credentials, for a server call that
-MlflowClient does not offer (GetMetricHistoryBulkInterval).
+MlflowClient does not offer (GetMetricHistoryBulkInterval) and for a search whose answer is read
+as JSON (MlflowClient's parse of it into objects costs more than the reading).
 
 The tag and the metrics table raise a one-line UserError with an MLflow outside SUPPORTED; the
-run tables and the server call are then not used (one warning line each): the runs are
+run tables and the server calls are then not used (one warning line each): the runs are
 searched through MlflowClient, and the histories read run by run.
 """
 
@@ -101,11 +102,12 @@ def _of_runs(table):
     return table.c.run_uuid.in_(sa.bindparam("ids", expanding=True))
 
 
-def server_request(uri: str, endpoint: str):
-    """A function sending a GET query (a dict) to `endpoint` of the MLflow server at `uri`,
-    with MLflow's credentials and TLS settings, and returning its JSON answer, or None on a
-    404; None itself where this MLflow is not one the helpers were tested on or lacks them."""
-    if not tested("mlflow", SUPPORTED, "MLflow's HTTP helpers", "reading histories run by run"):
+def server_request(uri: str, endpoint: str, method: str = "GET", *, instead: str):
+    """A function sending a query (a dict: GET's parameters, POST's JSON body) to `endpoint` of
+    the MLflow server at `uri`, with MLflow's credentials and TLS settings, and returning its
+    JSON answer, or None on a 404; None itself where this MLflow is not one the helpers were
+    tested on or lacks them (one warning line says that `instead`, the public way, is taken)."""
+    if not tested("mlflow", SUPPORTED, "MLflow's HTTP helpers", instead):
         return None
     try:
         from mlflow.utils.credentials import get_default_host_creds
@@ -113,9 +115,10 @@ def server_request(uri: str, endpoint: str):
     except ImportError:
         return None
     creds = get_default_host_creds(uri)
+    sent = "params" if method == "GET" else "json"
 
-    def request(params: dict) -> dict | None:
-        response = http_request(creds, endpoint, "GET", params=params)
+    def request(query: dict) -> dict | None:
+        response = http_request(creds, endpoint, method, **{sent: query})
         if response.status_code == 404:
             return None
         return verify_rest_response(response, endpoint).json()

@@ -38,7 +38,7 @@ def read(uri: str, client: MlflowClient, run_ids: list[str], keys: list[str]) ->
     if database.is_database(uri):
         return _sql(uri, run_ids)
     request = (
-        mlflow_compat.server_request(uri, BULK_ENDPOINT)
+        mlflow_compat.server_request(uri, BULK_ENDPOINT, instead="reading histories run by run")
         if uri.startswith(("http:", "https:"))
         else None
     )
