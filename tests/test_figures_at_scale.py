@@ -96,3 +96,23 @@ def test_importance_of_more_trials_than_it_fits_is_that_of_a_random_sample(trial
     whole, _ = importance.importances(theirs.head(60))  # the default bound: 60 are below it
     assert (whole["trials"] == whole["finished"]).all()
     assert importance.fitted_on(whole.iloc[0]) == f"{whole['trials'].iloc[0]} trials"
+
+
+def test_a_crowded_swarm_is_saved_without_seaborns_warning(tmp_path):
+    """A swarm of 100 settings a cell (under SWARM_MAX) puts some on its edge, and seaborn warns so
+    as the figure is drawn (here: fig.savefig); saved the report's and `results plot`'s way,
+    nothing is said on the user's terminal."""
+    import warnings
+
+    from rhnsearch.results import plots
+
+    crowded = repeated(search_trials(), 1_200)  # 100 settings a cell
+    fig = plots.swarm(CHOSEN, crowded)
+    with warnings.catch_warnings(record=True) as drawn:
+        warnings.simplefilter("always")
+        fig.savefig(tmp_path / "plain.png")
+    assert any("cannot be placed" in str(w.message) for w in drawn)
+    with warnings.catch_warnings(record=True) as saved:
+        warnings.simplefilter("always")
+        plots.save(fig, tmp_path / "swarm.png")
+    assert saved == [] and (tmp_path / "swarm.png").stat().st_size > 0

@@ -33,6 +33,7 @@ DODGE_WIDTH = 0.8  # seaborn's default width of a dodged category
 CLIP_MARGIN = 0.5  # parallel coordinates: the loss axis stops at best + CLIP_MARGIN x |best|
 LOG_SPAN = 2.0  # the swarm's loss axis is log-scaled where its losses span more than this factor
 PARALLEL_MAX = 1000  # parallel coordinates: more trials, and this many are drawn at random
+CROWDED_SWARM = r".* of the points cannot be placed"  # seaborn's warning, at draw time
 SWARM_MAX = 150  # settings of a cell beyond which a swarm cannot lay its points out: a strip
 
 
@@ -111,21 +112,19 @@ def swarm(
     strip = largest > swarm_max
     if not points.empty:
         draw = partial(sns.stripplot, jitter=0.35, size=2.5, alpha=0.6) if strip else sns.swarmplot
-        with warnings.catch_warnings():  # dense swarms: some points overlap, that is fine
-            warnings.simplefilter("ignore", UserWarning)
-            draw(
-                data=points,
-                x="depth",
-                y="loss",
-                hue="arch",
-                order=depths,
-                hue_order=labels,
-                dodge=True,
-                **({} if strip else {"size": 4 if len(points) > 200 else 5}),
-                ax=ax,
-                legend=False,
-                palette=[colors[a] for a in archs],
-            )
+        draw(
+            data=points,
+            x="depth",
+            y="loss",
+            hue="arch",
+            order=depths,
+            hue_order=labels,
+            dodge=True,
+            **({} if strip else {"size": 4 if len(points) > 200 else 5}),
+            ax=ax,
+            legend=False,
+            palette=[colors[a] for a in archs],
+        )
         hollow_stopped(ax, points.loc[points["status"] == "stopped", "loss"])
         for collection in ax.collections:
             collection.set_gid("shown")
@@ -645,10 +644,18 @@ def draw(
     return depth_curves(chosen, trials, groups)
 
 
+def savefig(fig: Figure, target, **options):
+    """fig.savefig(TARGET, **OPTIONS), without seaborn's warning that some points of a dense
+    swarm are drawn on its edge (they are: SWARM_MAX), which it gives as the figure is drawn."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", CROWDED_SWARM, UserWarning)
+        fig.savefig(target, **options)
+
+
 def save(fig: Figure, path: Path):
     """Save FIG to PATH (format from its extension), atomically; SVG text stays text."""
     with atomic(path) as tmp, matplotlib.rc_context({"svg.fonttype": "none"}):
-        fig.savefig(tmp, format=path.suffix.lower()[1:], dpi=150)
+        savefig(fig, tmp, format=path.suffix.lower()[1:], dpi=150)
 
 
 def plot(

@@ -54,7 +54,7 @@ th { background: #f2f2f2; } .num { text-align: right; font-variant-numeric: tabu
 def image(fig: Figure, alt: str) -> str:
     """FIG as an <img> holding its PNG (base64)."""
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100)
+    plots.savefig(fig, buffer, format="png", dpi=100)
     data = base64.b64encode(buffer.getvalue()).decode("ascii")
     return f'<img src="data:image/png;base64,{data}" alt="{escape(alt)}">'
 
