@@ -6,12 +6,14 @@ a copy of it in a fresh PostgreSQL database (MLflow's own migrations make the sc
 every row is copied table by table), `mlflow server` (one worker, as scale.py's) is started
 and, one after the other, timed:
 - plain MLflow: `MlflowClient.search_runs` of the sweep's trial runs, every page (what a
-  user's own script or `mlflow.search_runs` reads), and of all the experiment's runs; and of
+  user's own script or `mlflow.search_runs` reads), and the same search's answer read as JSON
+  (`runs.server_runs`, what rhnsearch reads), and of all the experiment's runs; and of
   the trial runs in pages of 1,000, one after the other and with the next page asked for
   while the last one is read (does the client's share overlap the server's?);
 - rhnsearch: `results table`, `results export --history` and `results report`, with
   --tracking-uri the server (`sweep status` reads the store its sweep's record names).
-With the sqlite file read directly too (no server), for the REST path's share.
+With the sqlite file and the PostgreSQL database read directly too (no server: what a reader
+with the database's login gets), for the REST path's share.
 
     python benchmarks/server_reads.py KEEP/random-sqlite-dir-10000 [--stores file sqlite postgres]
 
@@ -31,7 +33,7 @@ from pathlib import Path
 from mlflow.tracking import MlflowClient
 from scale import EXPERIMENT, NAME, ROOT, timed
 
-from rhnsearch.tracking.runs import all_runs
+from rhnsearch.tracking.runs import all_runs, server_runs
 
 sys.path.insert(0, str(ROOT / "tests"))
 from lab_services import mlflow_server, postgres_database  # noqa: E402
@@ -105,13 +107,14 @@ def prefetched(client: MlflowClient, experiment: str, query: str, page: int) -> 
 
 def plain_reads(url: str) -> dict:
     """Seconds of plain MLflow's search_runs of the sweep's trials (in one page, in pages of
-    1,000, and those prefetched) and of every run."""
+    1,000, and those prefetched; and its answer read as JSON) and of every run."""
     client = MlflowClient(url)
     experiment = client.get_experiment_by_name(EXPERIMENT).experiment_id
     trials = f"tags.mlflow.parentRunId != '' and tags.sweep = '{NAME}'"
     seconds = {}
     for name, read in (
         ("search_trials", lambda: all_runs(client, experiment, trials)),
+        ("search_trials_as_json", lambda: server_runs(url, experiment, trials)),
         ("search_all", lambda: all_runs(client, experiment, "")),
         ("search_trials_pages_of_1000", lambda: all_runs(client, experiment, trials, page=1000)),
         ("search_trials_prefetched", lambda: prefetched(client, experiment, trials, 1000)),
@@ -183,6 +186,9 @@ def main():
                 plain = plain_reads(url)
             row = {"store": store, **plain, **ours(work, url, store)}
             print(json.dumps(row), flush=True)
+            if store == "postgres":  # the same database read directly, as a reader with its login
+                row = {"store": "postgres-direct", **ours(work, backend, "postgres-direct")}
+                print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":
