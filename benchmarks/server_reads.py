@@ -16,6 +16,7 @@ With the sqlite file and the PostgreSQL database read directly too (no server: w
 with the database's login gets), for the REST path's share.
 
     python benchmarks/server_reads.py KEEP/random-sqlite-dir-10000 [--stores file sqlite postgres]
+        [--analyze]
 
 `postgres` needs Debian's PostgreSQL and root (tests/lab_services.py).
 """
@@ -39,10 +40,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 from lab_services import mlflow_server, postgres_database  # noqa: E402
 
 
-def copy_to_postgres(sqlite_file: Path, uri: str):
+def copy_to_postgres(sqlite_file: Path, uri: str, analyze: bool = False):
     """Every row of the sqlite store's tables into the same tables of the (migrated) database
     URI, parents before children; the rows the migrations made (the Default experiment) are
-    replaced."""
+    replaced. ANALYZE: then gather the tables' statistics, as autovacuum does in its time."""
     import psycopg
 
     source = sqlite3.connect(sqlite_file)
@@ -62,6 +63,8 @@ def copy_to_postgres(sqlite_file: Path, uri: str):
             with cursor.copy(f'COPY "{table}" ({names}) FROM STDIN') as copy:
                 for row in source.execute(f'SELECT {names} FROM "{table}"'):
                     copy.write_row(row)
+        if analyze:
+            target.execute("ANALYZE")
 
 
 def parents_first(db: sqlite3.Connection, tables: list[str]) -> list[str]:
@@ -165,6 +168,11 @@ def main():
         choices=["file", "sqlite", "postgres"],
         default=["file", "sqlite", "postgres"],
     )
+    p.add_argument(
+        "--analyze",
+        action="store_true",
+        help="ANALYZE the PostgreSQL copy before the reads (its planner's statistics)",
+    )
     args = p.parse_args()
     work, db = args.work.resolve(), args.work.resolve() / "mlflow.db"
     for store in args.stores:
@@ -178,7 +186,7 @@ def main():
                 url = services.enter_context(mlflow_server(backend, work))
                 if store == "postgres":
                     start = time.monotonic()
-                    copy_to_postgres(db, backend)
+                    copy_to_postgres(db, backend, args.analyze)
                     print(
                         f"copied into PostgreSQL in {time.monotonic() - start:.0f} s",
                         file=sys.stderr,

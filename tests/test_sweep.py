@@ -7,8 +7,10 @@ import math
 import os
 import secrets
 import shlex
+import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -121,6 +123,11 @@ def test_smoke_sweep_records_every_trial_in_mlflow(jsb_smoke):
     assert (
         f"24 trials: {summary['completed']} completed, {summary['stopped']} stopped early"
     ) in line
+    # the close gathered the sqlite store's statistics for MLflow's own queries (its UI's)
+    store = sqlite3.connect(jsb_smoke.tracking_uri.removeprefix("sqlite:///"))
+    with closing(store):
+        tables = {t for (t,) in store.execute("SELECT tbl FROM sqlite_stat1")}
+    assert {"runs", "metrics", "params", "tags"} <= tables
 
 
 def test_same_space_and_seed_gives_the_same_trials(jsb_smoke, tmp_path, data_dir):

@@ -4,6 +4,7 @@ plots and report). The sweep's life (lifecycle.py) calls it; the search never im
 results or the analysis."""
 
 import logging
+import sqlite3
 import time
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from ..errors import UserError, first_line
-from ..tracking import histories, snapshot
+from ..tracking import database, histories, snapshot
 from ..tracking.runs import StoredRun, matching
 from .checkpoints import saved_trial_ids
 from .layout import CHECKPOINT_FILE
@@ -85,7 +86,22 @@ def close_sweep(
         log_sweep_plots(client, record.experiment_id, parent, runs=runs)  # not listed again
         log_sweep_report(client, record.experiment_id, parent, runs=runs)
         client.set_terminated(parent, "FINISHED")
+        gather_statistics(record.tracking_uri)
     return summary
+
+
+def gather_statistics(uri: str):
+    """A sqlite store's statistics gathered for MLflow's later queries (`database.analyze`);
+    one that cannot be is a warning, not a failed sweep."""
+    try:
+        database.analyze(uri)
+    except sqlite3.Error as exc:
+        log.warning(
+            "could not gather the statistics of the sqlite store %s (%s): MLflow's queries "
+            "on it (its UI's) may be slow; `sqlite3 FILE ANALYZE` gathers them",
+            uri,
+            first_line(exc),
+        )
 
 
 def drop_lost_runs(client: MlflowClient, parent: ParentRun) -> list[StoredRun]:
