@@ -93,7 +93,7 @@ def grow(db: sqlite3.Connection, trials: int, seed: int = 0) -> int:
                     record["value"] = str(int(record["value"]) + k)
                 elif table == "params" and key == MOVED_PARAM:
                     record["value"] = repr(float(record["value"]) * factor)
-                elif table != "params" and table != "tags" and key == MOVED_METRIC:
+                elif table in ("latest_metrics", "metrics") and key == MOVED_METRIC:
                     record["value"] = record["value"] * factor
                 made[table].append(tuple(record[c] for c in names))
         if old in inputs_of:

@@ -5,9 +5,10 @@ gathered for SQLite's query planner (`analyze`)."""
 
 import sqlite3
 from contextlib import closing, contextmanager
-from pathlib import Path
 
 import sqlalchemy as sa
+
+from .uris import sqlite_path
 
 SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
 CHUNK = 500  # runs bound to one SELECT
@@ -22,8 +23,8 @@ def is_database(uri: str) -> bool:
 def connect(uri: str):
     """A connection to the store's database (a sqlite file opened read-only, by a file: URI
     with its path percent-encoded), closed afterwards."""
-    if uri.startswith("sqlite:///"):
-        path = Path(uri.removeprefix("sqlite:///")).resolve()
+    if path := sqlite_path(uri):
+        path = path.resolve()
         engine = sa.create_engine(
             "sqlite://",
             poolclass=sa.pool.NullPool,
@@ -44,10 +45,10 @@ def analyze(uri: str) -> bool:
     pick plans that slow down as the store grows (at 10,000 trials, 11-13x slower:
     benchmarks/sqlite_statistics.py). Whether it was a sqlite store: other databases gather
     their own (PostgreSQL's autovacuum)."""
-    if not uri.startswith("sqlite:///"):
+    path = sqlite_path(uri)
+    if path is None:
         return False
-    path = Path(uri.removeprefix("sqlite:///")).resolve()
-    with closing(sqlite3.connect(path, timeout=30)) as db:
+    with closing(sqlite3.connect(path.resolve(), timeout=30)) as db:
         db.execute("ANALYZE")
     return True
 

@@ -23,6 +23,7 @@ from mlflow.tracking import MlflowClient
 
 from ..compat import mlflow as mlflow_compat
 from . import database
+from .uris import is_server
 
 BULK_ENDPOINT = "/api/2.0/mlflow/metrics/get-history-bulk-interval"
 BULK_RUNS = 100  # the server's limit of runs per call
@@ -39,7 +40,7 @@ def read(uri: str, client: MlflowClient, run_ids: list[str], keys: list[str]) ->
         return _sql(uri, run_ids)
     request = (
         mlflow_compat.server_request(uri, BULK_ENDPOINT, instead="reading histories run by run")
-        if uri.startswith(("http:", "https:"))
+        if is_server(uri)
         else None
     )
     long = _bulk(request, client, run_ids, keys) if request is not None else None

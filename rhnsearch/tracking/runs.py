@@ -12,6 +12,7 @@ from mlflow.tracking import MlflowClient
 
 from ..compat import mlflow as mlflow_compat
 from . import database
+from .uris import is_server
 
 PAGE = 50_000  # the largest page MLflow's stores and server give
 SEARCH_ENDPOINT = "/api/2.0/mlflow/runs/search"
@@ -80,7 +81,7 @@ def matching(
         f"tags.{key} != ''" if value is None else f"tags.{key} = '{value}'"
         for key, value in tags.items()
     )
-    if uri.startswith(("http:", "https:")):
+    if is_server(uri):
         found = server_runs(uri, experiment_id, query)
         if found is not None:
             return found

@@ -25,9 +25,14 @@ def resolve_tracking_uri(uri: str | None) -> str:
     uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{DEFAULT_STORE}"
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
         uri = f"sqlite:///{Path(uri.removeprefix('sqlite:///')).resolve()}"
-    if uri.startswith(("http://", "https://")):
+    if is_server(uri):
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     return uri
+
+
+def is_server(uri: str) -> bool:
+    """Whether URI is an MLflow server's (http:// or https://)."""
+    return uri.startswith(("http://", "https://"))
 
 
 def sqlite_path(uri: str) -> Path | None:
