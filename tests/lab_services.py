@@ -100,12 +100,14 @@ def mlflow_server(
     artifacts: str | None = None,
     env: dict | None = None,
     login: bool = False,
+    workers: int = 1,
 ):
-    """`mlflow server` on BACKEND_URI (one worker, on a free loopback port, artifacts proxied
-    to ARTIFACTS, by default WORKDIR/artifacts, its log in WORKDIR/mlflow-server.log, with
-    ENV added to its environment; with LOGIN, behind MLflow's basic-auth app, whose admin is
-    named in ENV and whose users are kept in WORKDIR): yields its URL once /health answers;
-    its process group is killed afterwards."""
+    """`mlflow server` on BACKEND_URI (WORKERS workers, on a free loopback port, artifacts
+    proxied to ARTIFACTS, by default WORKDIR/artifacts, its log in WORKDIR/mlflow-server.log,
+    with ENV added to its environment; with LOGIN, behind MLflow's basic-auth app, whose admin
+    is named in ENV and whose users are kept in WORKDIR): yields its URL once /health answers;
+    its process group is killed afterwards. MLflow's job runner (eight processes and some
+    1.9 GB for GenAI jobs no test uses) is off, as `rhnsearch ui` has it, unless ENV says."""
     tiers.needs("services", "starts an MLflow server")
     port, log = free_port(), open(workdir / "mlflow-server.log", "w")
     proc = subprocess.Popen(
@@ -123,14 +125,14 @@ def mlflow_server(
             "--port",
             str(port),
             "--workers",
-            "1",
+            str(workers),
             *(["--app-name", "basic-auth"] if login else []),
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
         cwd=workdir,
-        env={**os.environ, **(env or {})},
+        env={"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ, **(env or {})},
     )
     url = f"http://127.0.0.1:{port}"
     try:

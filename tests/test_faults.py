@@ -643,6 +643,7 @@ class MlflowServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
+            env={"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ},  # as lab_services
         )
 
         def healthy():

@@ -194,9 +194,10 @@ def test_export_through_the_server_matches_the_sqlite_store(ui, jsb_smoke, tmp_p
 @pytest.mark.services  # starts `rhnsearch ui`, an MLflow server
 def test_ui_listens_on_loopback_only_and_a_signal_takes_its_server_down(tmp_path):
     """`rhnsearch ui` without --host: the server listens on 127.0.0.1 only and the machine's
-    other addresses are refused. `kill PID` (a process manager) or Ctrl-C on `rhnsearch ui`
-    alone, not on its process group: the MLflow server and every process it started end, and
-    the port is free. (The two UIs, one for each signal, run side by side.)"""
+    other addresses are refused; MLflow's job runner (its huey consumers) is not started.
+    `kill PID` (a process manager) or Ctrl-C on `rhnsearch ui` alone, not on its process
+    group: the MLflow server and every process it started end, and the port is free. (The
+    two UIs, one for each signal, run side by side.)"""
     others = [
         a.address
         for addrs in psutil.net_if_addrs().values()
@@ -219,7 +220,9 @@ def test_ui_listens_on_loopback_only_and_a_signal_takes_its_server_down(tmp_path
                     s.settimeout(5)
                     assert s.connect_ex((address, port)) != 0, address
             tree = psutil.Process(proc.pid).children(recursive=True)
-            assert any("uvicorn" in " ".join(p.cmdline()) for p in tree)
+            commands = [" ".join(p.cmdline()) for p in tree]
+            assert any("uvicorn" in c for c in commands)
+            assert not any("huey" in c or "_job_runner" in c for c in commands), commands
             proc.send_signal(signum)
             assert proc.wait(timeout=60) == 128 + signum, signum.name
             gone, alive = psutil.wait_procs(tree, timeout=10)
@@ -257,3 +260,10 @@ def test_ui_server_gives_the_runs_datasets_and_the_models_tab(ui, jsb_smoke):
     models = post("logged-models/search", {"experiment_ids": [experiment]})["models"]
     best = jsb_smoke.summary["best"]["run_id"]
     assert "model" in [m["info"]["name"] for m in models if m["info"]["source_run_id"] == best]
+
+
+def test_ui_turns_mlflows_job_runner_off_unless_the_environment_asks_for_it():
+    from rhnsearch.cli.ui import JOB_RUNNER, server_env
+
+    assert server_env({"PATH": "/bin"}) == {JOB_RUNNER: "false", "PATH": "/bin"}
+    assert server_env({JOB_RUNNER: "true"})[JOB_RUNNER] == "true"

@@ -9,6 +9,10 @@ import time
 
 from ..errors import UserError
 
+# MLflow's job runner (GenAI scorers, trace archival) serves nothing a sweep logs, and costs
+# eight more processes, 1.9 GB and some 20 CPU seconds at start (benchmarks/ui_server.py).
+JOB_RUNNER = "MLFLOW_SERVER_ENABLE_JOB_EXECUTION"
+
 
 def add_ui(sub):
     p = sub.add_parser(
@@ -16,7 +20,8 @@ def add_ui(sub):
         help="serve the MLflow UI on the results store",
         description="Serve the MLflow UI on the default store (or "
         "--tracking-uri), bound to 127.0.0.1 unless --host is given, and "
-        "print the link to each study's table of runs.",
+        "print the link to each study's table of runs. MLflow's job runner (GenAI "
+        f"scorers, trace archival) is off unless {JOB_RUNNER}=true is set.",
     )
     p.add_argument("--port", type=int, default=5000)
     p.add_argument(
@@ -71,16 +76,22 @@ def run_ui(args):
             str(args.port),
             "--workers",
             "1",
-        ]
+        ],
+        server_env(os.environ),
     )
 
 
-def serve(command: list[str]) -> int:
+def server_env(environ) -> dict[str, str]:
+    """ENVIRON with MLflow's job runner off, unless ENVIRON says otherwise."""
+    return {JOB_RUNNER: "false", **environ}
+
+
+def serve(command: list[str], env: dict[str, str] | None = None) -> int:
     """Run the MLflow server in a process group of its own until it exits, or until this
     process gets SIGTERM or SIGINT; then stop the whole group (the server's uvicorn worker,
     job runner and huey consumers, which outlive a server signalled alone) and wait for it.
     Returns the server's exit code, or 128 + the signal's number."""
-    server = subprocess.Popen(command, start_new_session=True)
+    server = subprocess.Popen(command, start_new_session=True, env=env)
     received = []
 
     def on_signal(signum, frame):
