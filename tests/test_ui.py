@@ -231,9 +231,11 @@ def test_ui_listens_on_loopback_only_and_a_signal_takes_its_server_down(tmp_path
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past TIME_WAIT)
                 s.bind(("127.0.0.1", port))
                 s.listen()
-    finally:
+    finally:  # a failed check leaves a UI up: its server runs in a session of its own
         for _, proc in uis.values():
             if proc.poll() is None:
+                for child in psutil.Process(proc.pid).children(recursive=True):
+                    child.kill()
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
 
