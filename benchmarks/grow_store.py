@@ -6,8 +6,12 @@ Each copy is a new run of the same sweep and parent: its tags, params, latest me
 histories and dataset input copied, its run id new, its name and trial id suffixed `-cK`, its
 seed moved by K, and its learning rate and best valid loss moved by 1% at random (as
 `report_scale.py` does), so that no two settings or results are equal. The copies' artifacts
-are the originals' (their artifact URI is copied). Tune's state and the sweep folder are left
-as they were: `sweep status` still shows the sweep the driver ran.
+are the originals' (their artifact URI is copied; a store grown in a copy of the kept folder
+has its artifact URIs moved to the copy first). The parent run's history table
+(`histories.parquet`, tracking/snapshot.py) is made again over every trial run, as the sweep's
+close makes it, so that the copies' histories are read as a real sweep's of that size would
+be. Tune's state and the sweep folder are left as they were: `sweep status` still shows the
+sweep the driver ran.
 
     python benchmarks/grow_store.py KEEP/random-sqlite-dir-2000 --trials 10000
 """
@@ -20,7 +24,10 @@ from contextlib import closing
 from pathlib import Path
 
 import numpy as np
+from mlflow.tracking import MlflowClient
 from scale import NAME
+
+from rhnsearch.tracking import histories, snapshot
 
 MOVED_PARAM, MOVED_METRIC = "lr", "best_valid_loss"
 
@@ -107,15 +114,48 @@ def grow(db: sqlite3.Connection, trials: int, seed: int = 0) -> int:
     return copies
 
 
+def rehome(db: sqlite3.Connection, work: Path):
+    """Point the runs' and the experiments' artifact URIs at WORK where they name the folder
+    this store was kept in (a copy of it writes its own artifacts, not the original's)."""
+    (uri,) = db.execute(
+        "SELECT artifact_location FROM experiments WHERE artifact_location LIKE '%/artifacts/%'"
+    ).fetchone()
+    old, new = uri.split("/artifacts/")[0], f"file://{work}"
+    if old != new:
+        db.execute("UPDATE runs SET artifact_uri = replace(artifact_uri, ?, ?)", (old, new))
+        db.execute(
+            "UPDATE experiments SET artifact_location = replace(artifact_location, ?, ?)",
+            (old, new),
+        )
+
+
+def log_history_table(work: Path) -> int:
+    """The parent run's history table made again over every trial run, as the sweep's close
+    makes it (sweep/close.py); returns its rows."""
+    uri = f"sqlite:///{work / 'mlflow.db'}"
+    with closing(sqlite3.connect(work / "mlflow.db")) as db:
+        runs = trial_runs(db)
+        (parent,) = db.execute(
+            "SELECT value FROM tags WHERE key = 'mlflow.parentRunId' AND run_uuid = ?", runs[:1]
+        ).fetchone()
+    client = MlflowClient(uri)
+    long = histories.read(uri, client, runs, [])  # a database store: every metric
+    snapshot.log_histories(client, parent, long)
+    return len(long)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("work", type=Path, help="a folder scale.py --keep kept")
     p.add_argument("--trials", type=int, required=True, help="trial runs wanted in all")
     args = p.parse_args()
-    with closing(sqlite3.connect(args.work / "mlflow.db")) as db, db:
+    work = args.work.resolve()
+    with closing(sqlite3.connect(work / "mlflow.db")) as db, db:
+        rehome(db, work)
         copies = grow(db, args.trials)
         held = len(trial_runs(db))
-    print(f"{copies} copies made: the sweep holds {held} trial runs")
+    rows = log_history_table(work)
+    print(f"{copies} copies made: the sweep holds {held} trial runs ({rows:,} history rows)")
 
 
 if __name__ == "__main__":
