@@ -100,12 +100,11 @@ def mlflow_server(
     artifacts: str | None = None,
     env: dict | None = None,
     login: bool = False,
-    workers: int = 1,
 ):
-    """`mlflow server` on BACKEND_URI (WORKERS workers, on a free loopback port, artifacts
-    proxied to ARTIFACTS, by default WORKDIR/artifacts, its log in WORKDIR/mlflow-server.log,
-    with ENV added to its environment; with LOGIN, behind MLflow's basic-auth app, whose admin
-    is named in ENV and whose users are kept in WORKDIR): yields its URL once /health answers;
+    """`mlflow server` on BACKEND_URI (one worker, on a free loopback port, artifacts proxied
+    to ARTIFACTS, by default WORKDIR/artifacts, its log in WORKDIR/mlflow-server.log, with
+    ENV added to its environment; with LOGIN, behind MLflow's basic-auth app, whose admin is
+    named in ENV and whose users are kept in WORKDIR): yields its URL once /health answers;
     its process group is killed afterwards. MLflow's job runner (eight processes and some
     1.9 GB for GenAI jobs no test uses) is off, as `rhnsearch ui` has it, unless ENV says."""
     tiers.needs("services", "starts an MLflow server")
@@ -125,7 +124,7 @@ def mlflow_server(
             "--port",
             str(port),
             "--workers",
-            str(workers),
+            "1",
             *(["--app-name", "basic-auth"] if login else []),
         ],
         stdout=log,
