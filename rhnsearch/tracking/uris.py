@@ -23,8 +23,9 @@ def resolve_tracking_uri(uri: str | None) -> str:
     MLFLOW_HTTP_REQUEST_MAX_RETRIES) and the sweep's sender retries records it can tell apart.
     """
     uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{DEFAULT_STORE}"
-    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        uri = f"sqlite:///{Path(uri.removeprefix('sqlite:///')).resolve()}"
+    path = sqlite_path(uri)
+    if path is not None and not path.is_absolute():
+        uri = f"sqlite:///{path.resolve()}"
     if is_server(uri):
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     return uri
