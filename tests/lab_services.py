@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from rhnsearch.cli.ui import server_env
+
 import tiers
 from ports import free_port
 
@@ -131,7 +133,7 @@ def mlflow_server(
         stderr=subprocess.STDOUT,
         start_new_session=True,
         cwd=workdir,
-        env={"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ, **(env or {})},
+        env={**server_env(os.environ), **(env or {})},
     )
     url = f"http://127.0.0.1:{port}"
     try:

@@ -26,6 +26,7 @@ from mlflow.tracking import MlflowClient
 from test_report import Page
 from test_sweep import check_child_runs
 
+from rhnsearch.cli.ui import server_env
 from rhnsearch.sweep.layout import STATE_FILE
 from rhnsearch.sweep.lifecycle import mark_resumed
 from rhnsearch.sweep.record import read_record
@@ -643,7 +644,7 @@ class MlflowServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
-            env={"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ},  # as lab_services
+            env=server_env(os.environ),  # MLflow's job runner off, as `rhnsearch ui` has it
         )
 
         def healthy():
