@@ -129,15 +129,10 @@ def rehome(db: sqlite3.Connection, work: Path):
         )
 
 
-def log_history_table(work: Path) -> int:
-    """The parent run's history table made again over every trial run, as the sweep's close
+def log_history_table(work: Path, runs: list[str], parent: str) -> int:
+    """The parent run's history table made again over the trial RUNS, as the sweep's close
     makes it (sweep/close.py); returns its rows."""
     uri = f"sqlite:///{work / 'mlflow.db'}"
-    with closing(sqlite3.connect(work / "mlflow.db")) as db:
-        runs = trial_runs(db)
-        (parent,) = db.execute(
-            "SELECT value FROM tags WHERE key = 'mlflow.parentRunId' AND run_uuid = ?", runs[:1]
-        ).fetchone()
     client = MlflowClient(uri)
     long = histories.read(uri, client, runs, [])  # a database store: every metric
     snapshot.log_histories(client, parent, long)
@@ -153,9 +148,12 @@ def main():
     with closing(sqlite3.connect(work / "mlflow.db")) as db, db:
         rehome(db, work)
         copies = grow(db, args.trials)
-        held = len(trial_runs(db))
-    rows = log_history_table(work)
-    print(f"{copies} copies made: the sweep holds {held} trial runs ({rows:,} history rows)")
+        runs = trial_runs(db)
+        (parent,) = db.execute(
+            "SELECT value FROM tags WHERE key = 'mlflow.parentRunId' AND run_uuid = ?", runs[:1]
+        ).fetchone()
+    rows = log_history_table(work, runs, parent)  # once the copies are committed
+    print(f"{copies} copies made: the sweep holds {len(runs)} trial runs ({rows:,} history rows)")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import psutil
 
+from rhnsearch.cli.ui import JOB_RUNNER
+
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
 from ports import free_port  # noqa: E402
 
@@ -40,7 +42,7 @@ def group_usage(pid: int) -> tuple[int, float, float]:
 def one_ui(job_runner: bool, settle: float) -> dict:
     with tempfile.TemporaryDirectory() as work:
         port = free_port()
-        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "true"} if job_runner else None
+        env = {**os.environ, JOB_RUNNER: "true" if job_runner else "false"}
         start = time.monotonic()
         proc = subprocess.Popen(
             [sys.executable, "-m", "rhnsearch.cli", "ui", "--port", str(port)]
@@ -56,6 +58,8 @@ def one_ui(job_runner: bool, settle: float) -> dict:
                     urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5).close()
                     break
                 except OSError:
+                    if proc.poll() is not None:
+                        sys.exit(f"rhnsearch ui exited {proc.returncode} before answering")
                     time.sleep(0.2)
             up = time.monotonic() - start
             at_health = group_usage(proc.pid)
