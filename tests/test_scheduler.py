@@ -554,8 +554,8 @@ def test_a_restored_tuner_holds_no_second_copy_of_the_saved_trials(local_ray, tm
     """Tune's restore builds an ExperimentAnalysis of every saved trial and keeps it through
     the resumed fit, which never reads it: a second copy of each trial (0.1 MB a trial, some
     600 MB of a driver resumed at 6,000 trials). The sweep's restore (compat's
-    `restored_tuner`) lets it go; the resumed fit still runs the errored trial again and
-    returns every trial's result."""
+    `restored_tuner`) does not build it; the resumed fit still runs the errored trial again
+    and returns every trial's result."""
     from ray.tune import ExperimentAnalysis
 
     from rhnsearch.compat.ray import restored_tuner

@@ -2,10 +2,10 @@
 state in and how Tune reads them, the layout of its saved experiment state (each trial's
 folder, status and newest checkpoint) and of its saved search state (the folder it makes new
 trials in), the checkpoints Tune's manager holds, the names of a trial's checkpoint folders,
-a restored Tuner's searcher, scheduler and callbacks, `ray.init`'s private node address,
-its GCS client (asked whether a cluster refuses this client's token),
-Tune's default metric name, the statuses of a trial waiting to run and the logger of its
-result grid.
+the analysis Tune builds as it restores a Tuner, a restored Tuner's searcher, scheduler and
+callbacks, `ray.init`'s private node address, its GCS client (asked whether a cluster refuses
+this client's token), Tune's default metric name, the statuses of a trial waiting to run and
+the logger of its result grid.
 
 Each function first checks that the installed Ray is in SUPPORTED and raises a one-line
 UserError otherwise (a saved state read wrongly would resume a sweep wrongly). A state read
@@ -174,22 +174,31 @@ def resumable_checkpoints(state: dict) -> list[tuple[str, str | None]]:
 
 def restored_tuner(path: str, trainable, *, storage_filesystem=None):
     """Tune's Tuner restored from PATH, its unfinished and errored trials to run again, without
-    the ExperimentAnalysis that Tune builds of the saved trials at the restore and keeps through
-    the whole fit (nothing reads it before the fit's own results replace it): a second copy of
-    every trial, some 0.1 MB each."""
+    the ExperimentAnalysis that Tune builds of the saved trials at the restore: nothing reads it
+    before the fit's own results replace it, and building it reads the saved state and every
+    trial's results again (benchmarks/resume_start.py), a second copy of every trial that the
+    fit would otherwise hold throughout, some 0.1 MB each."""
     from ray import tune
+    from ray.tune.impl import tuner_internal
 
-    tuner = tune.Tuner.restore(
-        path,
-        trainable,
-        resume_unfinished=True,
-        resume_errored=True,
-        storage_filesystem=storage_filesystem,
-    )
-    _check("the Tuner's restored ExperimentAnalysis")
-    if tuner._local_tuner is not None:  # None only through Ray Client, which rhnsearch does not use
-        tuner._local_tuner._experiment_analysis = None
+    _check("the ExperimentAnalysis a Tuner builds as it is restored")
+    built = tuner_internal.ExperimentAnalysis
+    tuner_internal.ExperimentAnalysis = _not_built  # Tune's restore keeps None where it raises
+    try:
+        tuner = tune.Tuner.restore(
+            path,
+            trainable,
+            resume_unfinished=True,
+            resume_errored=True,
+            storage_filesystem=storage_filesystem,
+        )
+    finally:
+        tuner_internal.ExperimentAnalysis = built
     return tuner
+
+
+def _not_built(*args, **options):
+    raise LookupError("the restored Tuner's ExperimentAnalysis is not built")
 
 
 def restored_parts(tuner) -> list:
