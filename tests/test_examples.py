@@ -8,6 +8,7 @@ import json
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -138,10 +139,11 @@ def check_drawn_settings(space, trials: pd.DataFrame):
 
 
 def first_epochs_to_check(histories: pd.DataFrame) -> pd.DataFrame:
-    """The first epoch of one trial per architecture in HISTORIES: of its trials deeper than
-    one layer where it has any (the depth loop is what the models are about), the one whose
+    """The first epoch of one trial per architecture in HISTORIES: of its trials whose first
+    epoch gave a finite validation loss (a diverged one's NaN would match any NaN) and, where it
+    has any, deeper than one layer (the depth loop is what the models are about), the one whose
     first epoch trained fastest."""
-    first = histories[histories["epoch"] == 1]
+    first = histories[(histories["epoch"] == 1) & np.isfinite(histories["metrics.valid_loss"])]
     deep = first[first["params.depth"] > 1]
     first = pd.concat([deep, first[~first["params.arch"].isin(deep["params.arch"])]])
     return first.sort_values("metrics.epoch_seconds").groupby("params.arch").head(1)

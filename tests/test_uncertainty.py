@@ -110,7 +110,7 @@ def test_a_gap_interval_holds_the_shifts_its_test_accepts():
     dtrnn, rhn = cells[("dtrnn", 6)][0], cells[("rhn", 6)][0]
     found = uncertainty.gap(dtrnn, rhn, 40)
     low, high = found.bounds
-    assert found.k == len(dtrnn) == 26 and low < found.value < high
+    assert found.k == len(dtrnn) == 27 and low < found.value < high
     for shift, accepted in ((low, True), (high, True), (low - 0.01, False), (high + 0.01, False)):
         assert (uncertainty.gap(dtrnn - shift, rhn, 40).p >= 0.05) is accepted, shift
     assert uncertainty.gap([1.0], [1.0, 2.0]) is None
