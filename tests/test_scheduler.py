@@ -201,6 +201,28 @@ def test_replicates_of_a_setting_share_its_fate_and_never_compete(tmp_path):
     ]
 
 
+def test_a_state_is_written_once_a_gap_its_newest_text_at_wait_and_holds_back_no_other(tmp_path):
+    later, state, writes = storage.Later(), tmp_path / "state", []
+
+    def write(text: str):
+        writes.append(text)
+        state.write_text(text)
+
+    for n in range(20):  # queued as a scheduler queues its state, decision after decision
+        later.put("state", lambda n=n: write(str(n)), gap=60)
+        time.sleep(0.01)
+    time.sleep(0.2)
+    assert writes == ["0"]  # the first at once; the rest wait out the gap, each replacing the last
+    later.wait()
+    assert writes == ["0", "19"] and state.read_text() == "19"
+    later.put("state", lambda: write("20"), gap=60)
+    later.put("prune", lambda: write("pruned"))  # a job without a gap is not held behind it
+    time.sleep(0.2)
+    assert writes == ["0", "19", "pruned"]
+    later.wait()
+    assert writes[-1] == "20"
+
+
 def saved(state_file: Path) -> str:
     """The scheduler's state file once the storage's thread has written what was queued."""
     storage.LATER.wait()

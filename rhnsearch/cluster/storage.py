@@ -10,12 +10,15 @@ Every request to a bucket costs latency and money: a small file is written in on
 directory markers are written (see ObjectStore).
 """
 
+import functools
 import io
 import logging
+import math
 import os
 import re
 import socket
 import threading
+import time
 import uuid
 import zipfile
 from collections.abc import Callable
@@ -61,12 +64,20 @@ def split(location: str) -> tuple[pafs.FileSystem, str]:
     location = normalize(location)
     if location.startswith("s3://"):
         url = urlparse(location)
-        options = dict(parse_qsl(url.query))
-        options.setdefault("allow_delayed_open", "true")  # a small file in one PUT, not three
-        fs, _ = pafs.FileSystem.from_uri(f"s3://{url.netloc}?{urlencode(options)}")
-        return pafs.PyFileSystem(ObjectStore(fs)), f"{url.netloc}{url.path}".rstrip("/")
+        return bucket(url.netloc, url.query), f"{url.netloc}{url.path}".rstrip("/")
     fs, path = pafs.FileSystem.from_uri(location)
     return (pafs.PyFileSystem(WholeFiles()) if isinstance(fs, pafs.LocalFileSystem) else fs), path
+
+
+@functools.cache
+def bucket(name: str, query: str) -> pafs.FileSystem:
+    """The S3 bucket NAME with pyarrow's options QUERY, for Tune (ObjectStore), made once a
+    process: each one made sets up an S3 client (7 ms of CPU against 1.4 for a small PUT), and
+    a bucket sweep's driver writes its scheduler's state many times a second."""
+    options = dict(parse_qsl(query))
+    options.setdefault("allow_delayed_open", "true")  # a small file in one PUT, not three
+    fs, _ = pafs.FileSystem.from_uri(f"s3://{name}?{urlencode(options)}")
+    return pafs.PyFileSystem(ObjectStore(fs))
 
 
 def read_bytes(location: str) -> bytes | None:
@@ -106,16 +117,20 @@ def delete_file(location: str):
 class Later:
     """One thread doing the storage work that Tune's event loop must not wait for (on a bucket,
     each request is a round trip): jobs run in the order queued, and a job queued under a key
-    already waiting replaces it (a state file queued twice is written once, newest text)."""
+    already waiting replaces it (a state file queued twice is written once, newest text). A
+    job queued with a `gap` runs no sooner than that many seconds after its key's last job ran
+    (a state that grows with the trials is written at most so often); `wait` runs every job
+    now."""
 
     def __init__(self):
-        self.jobs, self.busy, self.thread = {}, False, None
+        self.jobs, self.busy, self.thread, self.flushing = {}, False, None, 0
+        self.ran: dict[str, float] = {}  # key with a gap -> when its last job ran
         self.changed = threading.Condition()
 
-    def put(self, key: str, job):
+    def put(self, key: str, job, *, gap: float = 0.0):
         with self.changed:
             self.jobs.pop(key, None)
-            self.jobs[key] = job
+            self.jobs[key] = (job, gap)
             if self.thread is None:
                 self.thread = threading.Thread(
                     target=self._run, name="rhnsearch-storage", daemon=True
@@ -124,16 +139,37 @@ class Later:
             self.changed.notify_all()
 
     def wait(self):
-        """Return once every job queued so far has run."""
+        """Return once every job queued so far has run, gaps or not."""
         with self.changed:
-            self.changed.wait_for(lambda: not self.jobs and not self.busy)
+            self.flushing += 1
+            self.changed.notify_all()
+            try:
+                self.changed.wait_for(lambda: not self.jobs and not self.busy)
+            finally:
+                self.flushing -= 1
+
+    def _due(self) -> tuple[str | None, float]:
+        """The first key whose job may run now (None if none), else the seconds to the
+        first that may."""
+        now, soonest = time.monotonic(), math.inf
+        for key, (_, gap) in self.jobs.items():
+            left = self.ran.get(key, -math.inf) + gap - now
+            if left <= 0 or self.flushing:
+                return key, 0.0
+            soonest = min(soonest, left)
+        return None, soonest
 
     def _run(self):
         while True:
             with self.changed:
-                self.changed.wait_for(lambda: self.jobs)
-                key = next(iter(self.jobs))
-                job, self.busy = self.jobs.pop(key), True
+                while True:
+                    key, left = self._due()
+                    if key is not None:
+                        break
+                    self.changed.wait(None if left == math.inf else left)
+                (job, gap), self.busy = self.jobs.pop(key), True
+                if gap:  # (a key without one is not kept: a trial's checkpoint pruned)
+                    self.ran[key] = time.monotonic()
             try:
                 job()
             except Exception as exc:  # noqa: BLE001 - a storage error must not end the sweep
@@ -146,10 +182,11 @@ class Later:
 LATER = Later()
 
 
-def write_text_later(location: str, text: Callable[[], str]):
-    """write_text on the storage thread (see Later) of what TEXT() gives when the write runs:
-    a state changed many times while one write waits is made into text once."""
-    LATER.put(f"write {location}", lambda: write_text(location, text()))
+def write_text_later(location: str, text: Callable[[], str], *, gap: float = 0.0):
+    """write_text on the storage thread (see Later) of what TEXT() gives when the write runs,
+    no sooner than GAP seconds after the last write of LOCATION: a state changed many times
+    while one write waits is made into text once."""
+    LATER.put(f"write {location}", lambda: write_text(location, text()), gap=gap)
 
 
 def exists(location: str) -> bool:

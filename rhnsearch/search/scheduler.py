@@ -19,6 +19,7 @@ log = logging.getLogger(__name__)
 CONTINUE, STOP = TrialScheduler.CONTINUE, TrialScheduler.STOP
 ALL = "all cells"
 STATE_LOCK = threading.Lock()  # a scheduler's state, changed on Tune's loop, saved on another
+SAVE_GAP = 1.0  # seconds at least between two writes of the state (`_save`)
 
 
 def cell_key(config: dict) -> str:
@@ -86,9 +87,10 @@ class CellASHAScheduler(LiveFIFOScheduler):
 
     The rungs (each setting's value, under the trial that was judged), each setting's decisions
     and the stopped trials are written to `state_file` (a path or URI; None keeps them in
-    memory) whenever a decision is made, by the storage's own thread (Tune's event loop does
-    not wait on a bucket), and read from it on first use: Tune never saves a scheduler's state,
-    and `Tuner.restore` gives back this object as pickled at the start. A file written before
+    memory) after a decision is made, at most once a second, by the storage's own thread
+    (Tune's event loop does not wait on a bucket), and read from it on first use: Tune never
+    saves a scheduler's state, and `Tuner.restore` gives back this object as pickled at the
+    start. A file written before
     settings were kept (rungs and stops alone) still gives its trials their decisions; its
     recorded trials' replicates are judged on its rungs as they are.
     """
@@ -193,9 +195,10 @@ class CellASHAScheduler(LiveFIFOScheduler):
 
     def _save(self):
         """Queue a write of the state: made into text on the storage thread when the write
-        runs, so a decision costs Tune's loop nothing that grows with the trials."""
+        runs, so a decision costs Tune's loop nothing that grows with the trials, and at most
+        once every SAVE_GAP seconds (the text of 10,000 trials' state: 1 MB, 11 ms)."""
         if self.state_file:
-            storage.write_text_later(self.state_file, self._text)
+            storage.write_text_later(self.state_file, self._text, gap=SAVE_GAP)
 
     def _text(self) -> str:
         with STATE_LOCK:
@@ -206,8 +209,7 @@ class CellASHAScheduler(LiveFIFOScheduler):
                     "mode": self._mode,
                     "milestones": self.milestones,
                     **self._state,
-                },
-                indent=1,
+                }
             )
 
     def debug_string(self) -> str:
