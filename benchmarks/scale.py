@@ -44,9 +44,10 @@ no MLflow and no callback (--storage dir). --plain-with adds pieces of the sweep
 it (`plain_tune`), to tell which of them grows.
 --kill-at K SIGKILLs the driver once K trials have ended and resumes the sweep (`sweep resume`'s
 code, the trials simulated as before) in a fresh process: the row is the resume's, with the
-seconds from its start to its first trial's, and the records lost and settings run twice
-over both drivers. --resume-kept WORK does that second half alone, on a sweep that --keep
-kept in WORK and whose driver was killed (with the options of the run that made it), in place.
+seconds from its start to its first trial's, and the driver CPU, records lost and settings run
+twice over both drivers (the killed one's CPU read just before the kill). --resume-kept WORK
+does that second half alone, on a sweep that --keep kept in WORK and whose driver was killed
+(with the options of the run that made it), in place.
 --keep keeps each size's store and storage for a look afterwards;
 --trace-memory traces the driver's Python allocations (slower: not for timing) and prints, per
 phase, its RSS and Python heap at the phase's start and end and the source lines whose live
@@ -479,15 +480,20 @@ def cpu_seconds() -> float:
 def run_driver(args, trials: int, work: Path, uri: str, root: str, env: dict) -> dict:
     """`drive` in a fresh process; with --kill-at K, SIGKILLed once K trials have ended (their
     MLflow runs ended), then `drive --resume` in another: the resume's answer, with "killed":
-    the trials ended and the wall seconds at the kill, and the seconds from the resume's start
-    to the first trial it starts. With --resume-kept, the resume alone."""
+    the trials ended, the wall seconds and the killed driver's CPU seconds at the kill, and the
+    seconds from the resume's start to the first trial it starts. With --resume-kept, the
+    resume alone."""
     if args.resume_kept:  # its driver killed before this run
         return resumed(args, trials, work, uri, root, env, {"trials_ended": ended_trials(uri)})
     if not args.kill_at:
         return driven(args, trials, work, uri, root, env)
     start = time.monotonic()
-    driven(args, trials, work, uri, root, env, until=lambda: ended_trials(uri) >= args.kill_at)
-    killed = {"trials_ended": ended_trials(uri), "after_s": time.monotonic() - start}
+
+    def enough_ended() -> bool:
+        return ended_trials(uri) >= args.kill_at
+
+    cpu = driven(args, trials, work, uri, root, env, until=enough_ended)
+    killed = {"trials_ended": ended_trials(uri), "after_s": time.monotonic() - start, **cpu}
     return resumed(args, trials, work, uri, root, env, killed)
 
 
@@ -523,9 +529,10 @@ def driven(args, trials, work, uri, root, env, *options, until=None) -> dict:
             while until and proc.poll() is None and not until():
                 time.sleep(1)
             if until and proc.poll() is None:
+                times = psutil.Process(proc.pid).cpu_times()  # its own, not its Ray's
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
-                return {}
+                return {"cpu_s": times.user + times.system}
             code = proc.wait()
     finally:
         kill_ray(ray_dir)
@@ -755,7 +762,10 @@ def measure(args, trials: int) -> dict:
         "trials": summary["trials"],
         "trial_epochs": epochs,
         **{s: summary.get(s, 0) for s in ("completed", "stopped", "diverged", "failed", "running")},
-        "driver_cpu_ms_per_trial_epoch": 1000 * sum(p["cpu"] for p in phases.values()) / epochs,
+        # a killed driver's CPU counted with its resume's (--resume-kept: the resume's alone)
+        "driver_cpu_ms_per_trial_epoch": 1000
+        * (sum(p["cpu"] for p in phases.values()) + driver.get("killed", {}).get("cpu_s", 0))
+        / epochs,
         "driver_peak_rss_mb": driver["peak_mb"],
         "wall_s_per_trial": sum(p["wall"] for p in phases.values()) / summary["trials"],
         **{f"{phase}_s": p["wall"] for phase, p in phases.items()},
