@@ -69,15 +69,20 @@ def split(location: str) -> tuple[pafs.FileSystem, str]:
     return (pafs.PyFileSystem(WholeFiles()) if isinstance(fs, pafs.LocalFileSystem) else fs), path
 
 
-@functools.cache
 def bucket(name: str, query: str) -> pafs.FileSystem:
-    """The S3 bucket NAME with pyarrow's options QUERY, for Tune (ObjectStore), made once a
-    process: each one made sets up an S3 client (7 ms of CPU against 1.4 for a small PUT), and
-    a bucket sweep's driver writes its scheduler's state many times a second."""
+    """The S3 bucket NAME with pyarrow's options QUERY, for Tune: the process's one ObjectStore
+    of it."""
+    return pafs.PyFileSystem(object_store(name, query))
+
+
+@functools.cache
+def object_store(name: str, query: str) -> "ObjectStore":
+    """The ObjectStore of bucket NAME with options QUERY, made once a process: each S3
+    filesystem made sets up an S3 client (7 ms of CPU, against 1 for a small PUT)."""
     options = dict(parse_qsl(query))
     options.setdefault("allow_delayed_open", "true")  # a small file in one PUT, not three
     fs, _ = pafs.FileSystem.from_uri(f"s3://{name}?{urlencode(options)}")
-    return pafs.PyFileSystem(ObjectStore(fs))
+    return ObjectStore(fs, (name, query))
 
 
 def read_bytes(location: str) -> bytes | None:
@@ -313,8 +318,17 @@ class ObjectStore(Delegate):
     of a directory it is asked to create, and Tune asks before every upload: at each sync, for
     every trial's folder (thousands of requests a sweep, for nothing)."""
 
-    def __init__(self, fs: pafs.FileSystem):
-        self.fs = fs
+    def __init__(self, fs: pafs.FileSystem, bucket: tuple[str, str] | None = None):
+        self.fs, self.bucket = fs, bucket
+
+    def __reduce__(self):
+        """Pickled as the bucket and options it was made for (`object_store`), and unpickled
+        as the process's own store of them: Tune unpickles the storage's filesystem with every
+        checkpoint a trial reports, and an S3 filesystem unpickled sets up a new S3 client
+        (a third of a bucket sweep's driver CPU went to it)."""
+        if getattr(self, "bucket", None) is None:  # (pickled before stores knew their bucket)
+            return ObjectStore, (self.fs,)
+        return object_store, self.bucket
 
     def create_dir(self, path, recursive):
         pass
