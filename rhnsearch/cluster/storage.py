@@ -325,7 +325,7 @@ class ObjectStore(Delegate):
         """Pickled as the bucket and options it was made for (`object_store`), and unpickled
         as the process's own store of them: Tune unpickles the storage's filesystem with every
         checkpoint a trial reports, and an S3 filesystem unpickled sets up a new S3 client
-        (a third of a bucket sweep's driver CPU went to it)."""
+        (half a bucket sweep's driver CPU went to it: docs/scale.md)."""
         if getattr(self, "bucket", None) is None:  # (pickled before stores knew their bucket)
             return ObjectStore, (self.fs,)
         return object_store, self.bucket

@@ -90,9 +90,9 @@ class CellASHAScheduler(LiveFIFOScheduler):
     memory) after a decision is made, at most once a second, by the storage's own thread
     (Tune's event loop does not wait on a bucket), and read from it on first use: Tune never
     saves a scheduler's state, and `Tuner.restore` gives back this object as pickled at the
-    start. A file written before
-    settings were kept (rungs and stops alone) still gives its trials their decisions; its
-    recorded trials' replicates are judged on its rungs as they are.
+    start. A file written before settings were kept (rungs and stops alone) still gives its
+    trials their decisions; its recorded trials' replicates are judged on its rungs as they
+    are.
     """
 
     def __init__(
