@@ -64,15 +64,10 @@ def split(location: str) -> tuple[pafs.FileSystem, str]:
     location = normalize(location)
     if location.startswith("s3://"):
         url = urlparse(location)
-        return bucket(url.netloc, url.query), f"{url.netloc}{url.path}".rstrip("/")
+        store = object_store(url.netloc, url.query)
+        return pafs.PyFileSystem(store), f"{url.netloc}{url.path}".rstrip("/")
     fs, path = pafs.FileSystem.from_uri(location)
     return (pafs.PyFileSystem(WholeFiles()) if isinstance(fs, pafs.LocalFileSystem) else fs), path
-
-
-def bucket(name: str, query: str) -> pafs.FileSystem:
-    """The S3 bucket NAME with pyarrow's options QUERY, for Tune: the process's one ObjectStore
-    of it."""
-    return pafs.PyFileSystem(object_store(name, query))
 
 
 @functools.cache
