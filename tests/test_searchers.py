@@ -4,6 +4,8 @@ values, and their saved states made to agree with Tune's saved trials before a r
 
 import math
 import os
+import subprocess
+import sys
 
 import optuna
 import pytest
@@ -11,9 +13,11 @@ from ray.tune.search import ConcurrencyLimiter, SearchGenerator
 
 from rhnsearch.compat import ray as ray_compat
 from rhnsearch.search.searchers import (
+    LOCK_GRACE,
     CellSearcher,
     build_searcher,
     load_study,
+    optuna_storage,
     round_slots,
     saved_for,
     study_names,
@@ -154,3 +158,43 @@ def test_each_cell_has_its_own_study_told_each_trials_outcome(sampler, tmp_path)
         type(searcher.study(next(iter(cells))).sampler).__name__
         == {"tpe": "TPESampler", "gp": "GPSampler", "cmaes": "CmaEsSampler"}[sampler]
     )
+
+
+TAKE_LOCK = """
+import sys
+from optuna.storages.journal import JournalFileOpenLock, JournalFileSymlinkLock
+lock = {"file": JournalFileOpenLock, "link": JournalFileSymlinkLock}[sys.argv[2]]
+lock(sys.argv[1] + "/optuna_journal.log").acquire()  # and never released: killed mid-append
+"""
+
+OPEN_STUDY = """
+import sys, time, optuna
+from rhnsearch.search.searchers import optuna_storage
+start = time.monotonic()
+optuna.create_study(study_name="s/c", storage=optuna_storage(sys.argv[1]), load_if_exists=True)
+print(time.monotonic() - start)
+"""
+
+
+@pytest.mark.parametrize("left", ["file", "link"])
+def test_a_journal_lock_a_killed_driver_left_in_a_moved_folder_is_taken_over(tmp_path, left):
+    """A driver killed while it appends to the studies' journal leaves the journal's lock; the
+    sweep's folder is then moved (a disk mounted elsewhere). The resumed driver opens its
+    studies: a lock file (rhnsearch's lock) once it has stood LOCK_GRACE s, a symlink (Optuna's
+    default lock, which rhnsearch used before, dangling after the move) at once."""
+    ran_in, moved = tmp_path / "ran", tmp_path / "moved"
+    ran_in.mkdir()
+    optuna.create_study(study_name="s/c", storage=optuna_storage(str(ran_in)))
+    subprocess.run([sys.executable, "-c", TAKE_LOCK, str(ran_in), left], check=True)
+    ran_in.rename(moved)
+    assert os.path.lexists(moved / "optuna_journal.log.lock")
+    proc = subprocess.run(
+        [sys.executable, "-c", OPEN_STUDY, str(moved)],
+        capture_output=True,
+        text=True,
+        timeout=LOCK_GRACE + 60,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    waited = float(proc.stdout)
+    assert waited < 5 if left == "link" else LOCK_GRACE <= waited < LOCK_GRACE + 30
+    assert study_names(str(moved)) == ["s/c"]

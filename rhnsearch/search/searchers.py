@@ -11,7 +11,9 @@ goes on with the same stream; the Optuna studies live in the sweep's storage, so
 extended sweep goes on with them.
 """
 
+import contextlib
 import json
+import os
 import pickle
 import zlib
 
@@ -19,7 +21,7 @@ import numpy as np
 import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.storages import JournalStorage
-from optuna.storages.journal import BaseJournalBackend, JournalFileBackend
+from optuna.storages.journal import BaseJournalBackend, JournalFileBackend, JournalFileOpenLock
 from optuna.trial import TrialState
 from ray import tune
 from ray.tune.search import Searcher
@@ -263,13 +265,25 @@ class ObjectJournal(BaseJournalBackend):
         self.objects += 1
 
 
+LOCK_GRACE = 10  # s a journal's lock file stands unchanged before the next writer takes it
+
+
 def optuna_storage(sweep_dir: str) -> JournalStorage:
-    """The Optuna studies' storage in the sweep's directory: a journal file (with its own
-    lock, safe on shared filesystems), or numbered objects in a bucket."""
+    """The Optuna studies' storage in the sweep's directory: a journal file, or numbered
+    objects in a bucket. The file's lock is a file of its own (safe on NFSv3 and later): one
+    a killed driver left is taken over after LOCK_GRACE s, also where the sweep's folder has
+    moved since. (Optuna's default lock, which rhnsearch used before, is a symlink to the
+    journal; once the folder moves, one left behind dangles and Optuna waits on it forever:
+    it is removed here.)"""
     location = storage.join(sweep_dir, OPTUNA_JOURNAL)
     if storage.is_uri(location):
         return JournalStorage(ObjectJournal(location))
-    return JournalStorage(JournalFileBackend(location + ".log"))
+    path, lock = location + ".log", location + ".log.lock"
+    if os.path.islink(lock) and not os.path.exists(lock):
+        with contextlib.suppress(OSError):  # gone already, or a reader's read-only disk
+            os.unlink(lock)
+    backend = JournalFileBackend(path, lock_obj=JournalFileOpenLock(path, LOCK_GRACE))
+    return JournalStorage(backend)
 
 
 def study_name(sweep: str, cell: str) -> str:
