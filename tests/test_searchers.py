@@ -23,6 +23,7 @@ from rhnsearch.search.searchers import (
     study_names,
 )
 from rhnsearch.search.space import load_space
+from rhnsearch.sweep.layout import OPTUNA_JOURNAL
 
 from conftest import JSB_SPACE
 
@@ -164,7 +165,7 @@ TAKE_LOCK = """
 import sys
 from optuna.storages.journal import JournalFileOpenLock, JournalFileSymlinkLock
 lock = {"file": JournalFileOpenLock, "link": JournalFileSymlinkLock}[sys.argv[2]]
-lock(sys.argv[1] + "/optuna_journal.log").acquire()  # and never released: killed mid-append
+lock(sys.argv[1]).acquire()  # and never released: killed mid-append
 """
 
 OPEN_STUDY = """
@@ -185,9 +186,10 @@ def test_a_journal_lock_a_killed_driver_left_in_a_moved_folder_is_taken_over(tmp
     ran_in, moved = tmp_path / "ran", tmp_path / "moved"
     ran_in.mkdir()
     optuna.create_study(study_name="s/c", storage=optuna_storage(str(ran_in)))
-    subprocess.run([sys.executable, "-c", TAKE_LOCK, str(ran_in), left], check=True)
+    journal = f"{OPTUNA_JOURNAL}.log"
+    subprocess.run([sys.executable, "-c", TAKE_LOCK, str(ran_in / journal), left], check=True)
     ran_in.rename(moved)
-    assert os.path.lexists(moved / "optuna_journal.log.lock")
+    assert os.path.lexists(moved / f"{journal}.lock")
     proc = subprocess.run(
         [sys.executable, "-c", OPEN_STUDY, str(moved)],
         capture_output=True,

@@ -278,7 +278,8 @@ def optuna_storage(sweep_dir: str) -> JournalStorage:
     location = storage.join(sweep_dir, OPTUNA_JOURNAL)
     if storage.is_uri(location):
         return JournalStorage(ObjectJournal(location))
-    path, lock = location + ".log", location + ".log.lock"
+    path = location + ".log"
+    lock = path + ".lock"  # Optuna's name for a journal's lock
     if os.path.islink(lock) and not os.path.exists(lock):
         with contextlib.suppress(OSError):  # gone already, or a reader's read-only disk
             os.unlink(lock)
