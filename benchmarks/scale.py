@@ -35,8 +35,14 @@ size as it finishes, then one JSON line.
     python benchmarks/scale.py [--trials 500 2000 10000] [--search random|optuna]
         [--scheduler cell_asha|asha] [--store sqlite|postgres] [--storage dir|bucket]
         [--slots 64] [--epochs 40] [--epoch-ms 5] [--histories FILE.parquet |
-        --synthetic-curves] [--keep DIR] [--trace-memory] [--memray DIR]
+        --synthetic-curves] [--fill] [--keep DIR] [--trace-memory] [--memray DIR]
         [--plain-tune [--plain-with storage|limit|searcher ...]] [--kill-at K | --resume-kept WORK]
+
+--fill has each worker's first trial wait until there is a worker a slot (or 300 s): Tune
+gives the actor of a trial that ends to the next trial and drops the one it was starting for it
+(`reuse_actors`), so sub-second simulated trials run on the actors that were up before the
+first trial ended, which on a slow machine is a fraction of the slots; a lab's trials last
+minutes, and every slot's actor is up before one ends. A resumed driver's workers fill again.
 
 --plain-tune runs the same trials in plain Tune instead, for the driver's cost that is Tune's
 own: the same simulated trials and cells, Tune's random search and its ASHA at the same rungs,
@@ -174,13 +180,15 @@ def pick_curve(curves: dict, label: str, cell: dict, seed: int) -> dict:
 # -- the simulated trainable -----------------------------------------------------------------
 
 
-def simulated(curves, epoch_ms: float, starts: Path):
+def simulated(curves, epoch_ms: float, starts: Path, fill: tuple[Path, int] | None = None):
     """The trial function the sweep's Tuner runs in place of `run_trial` (CONFIG, CELLS as it
     takes them): its cell and seed's curve replayed, reported as a real trial reports. Each
     start (a restored trial's too) appends its wall-clock time to STARTS. CURVES is their
     object in Ray's store (`ray.put`), fetched once per worker: Tune unpickles the trainable
     each time it looks it up, and the curves pickled with it would cost the driver some
-    330 kB of unpickling a lookup, where `run_trial` pickles to 54 bytes."""
+    330 kB of unpickling a lookup, where `run_trial` pickles to 54 bytes. FILL, a folder and
+    a count: each worker's first trial leaves its mark in the folder and waits (300 s at
+    most) until COUNT workers have (`--fill`)."""
     fetched = {}  # the curves, in each worker that has fetched them
 
     def trial(config: dict, cells: dict):
@@ -189,6 +197,8 @@ def simulated(curves, epoch_ms: float, starts: Path):
 
         with open(starts, "a") as f:
             f.write(f"{time.time()}\n")
+        if not fetched and fill:
+            wait_for_workers(*fill)
         started = time.monotonic()
         cell = cells[config["cell"]]
         if not fetched:
@@ -238,6 +248,15 @@ def simulated(curves, epoch_ms: float, starts: Path):
     return trial
 
 
+def wait_for_workers(folder: Path, count: int, patience: float = 300.0):
+    """Mark this worker in FOLDER and wait until COUNT workers have, or PATIENCE seconds."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / str(os.getpid())).touch()
+    deadline = time.monotonic() + patience
+    while len(os.listdir(folder)) < count and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
 def save(directory: Path, state: dict, held_seconds: float):
     """A simulated checkpoint, named as the real trainable names its files: CHECKPOINT_FILE a
     zip (as torch.save writes) of the trial's STATE, HELD_FILE its held seconds."""
@@ -282,7 +301,10 @@ def drive(args) -> dict:
         _temp_dir=args.ray_dir,
     )
     curves = ray.put(read_curves(args.histories, args.epochs))
-    function, taken = simulated(curves, args.epoch_ms, Path(args.result).with_name(STARTS)), {}
+    work = Path(args.result).parent
+    # a folder a driver: a resumed driver's workers fill its slots again
+    fill = (work / f"workers-{os.getpid()}", min(args.slots, trials)) if args.fill else None
+    function, taken = simulated(curves, args.epoch_ms, work / STARTS, fill), {}
     marks = {}  # phase -> (wall, CPU seconds, peak RSS MB) when it began
     memory = {}  # phase -> (RSS MB, after malloc_trim, Python's heap MB, its snapshot) at its start
     if args.trace_memory:
@@ -521,6 +543,7 @@ def driven(args, trials, work, uri, root, env, *options, until=None) -> dict:
     command += ["--search", args.search, "--scheduler", args.scheduler]
     command += ["--slots", str(args.slots), "--epochs", str(args.epochs)]
     command += ["--epoch-ms", str(args.epoch_ms), "--histories", str(args.histories)]
+    command += ["--fill"] * args.fill
     command += ["--trace-memory"] * args.trace_memory + ["--plain-tune"] * args.plain_tune
     command += ["--plain-with", *args.plain_with] * bool(args.plain_with)
     try:
@@ -820,6 +843,11 @@ def main():
     p.add_argument("--epoch-ms", type=float, default=5.0, help="a simulated epoch's sleep")
     p.add_argument("--histories", type=Path, default=HISTORIES, help="a history export")
     p.add_argument("--synthetic-curves", action="store_true", help="made-up curves instead")
+    p.add_argument(
+        "--fill",
+        action="store_true",
+        help="each worker's first trial waits until a worker a slot is up (see the docstring)",
+    )
     p.add_argument(
         "--plain-tune",
         action="store_true",
