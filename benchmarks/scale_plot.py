@@ -44,6 +44,9 @@ def main():
     p.add_argument("--out", type=Path, default=Path("docs/scale.png"))
     args = p.parse_args()
     series = [read_series(spec) for spec in args.series]
+    settings = list(dict.fromkeys(s for _, _, s in series))  # the first's, then others' marks
+    marks = {s: "*" * i for i, s in enumerate(settings)}
+    series = [(label + marks[s], sizes, s) for label, sizes, s in series]
     fig, axes = plt.subplots(1, len(PANELS), figsize=(5 * len(PANELS), 5.5))
     for ax, (title, keys) in zip(axes, PANELS):
         for colour, (label, sizes, _) in enumerate(series):
@@ -54,14 +57,15 @@ def main():
                     [s[key] for s in sizes],
                     marker="o",
                     linestyle=style,
-                    color=f"C{colour}",
+                    color=plt.cm.tab20(colour % 20),
                     label=f"{label} {name}".strip(),
                 )
         ax.set(xscale="log", xlabel="trials", title=title)
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.15))
-    fig.suptitle(f"benchmarks/scale.py: {series[0][2]}")
+    others = "".join(f"; {marks[s]} {s}" for s in settings[1:])
+    fig.suptitle(f"benchmarks/scale.py: {settings[0]}{others}")
     fig.tight_layout()
     fig.savefig(args.out, dpi=110)
     print(f"wrote {args.out}")

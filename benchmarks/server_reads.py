@@ -51,7 +51,7 @@ def copy_to_postgres(sqlite_file: Path, uri: str, analyze: bool = False):
         tables = [
             t
             for (t,) in source.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-            if t != "alembic_version"
+            if t != "alembic_version" and not t.startswith("sqlite_")  # sqlite's own: ANALYZE's
         ]
         order = parents_first(source, tables)
         for table in reversed(order):
