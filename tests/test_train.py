@@ -188,6 +188,10 @@ def test_train_cli_prints_progress_and_json(data_dir):
             "--data-dir",
             str(data_dir),
             "--json",
+            # one torch thread: two spin while they wait for a core (8 CPU s alone, 30 beside
+            # two busy processes, 63 in a CI run; one thread: 6 alone, 6 beside them)
+            "--threads",
+            "1",
         ],
         capture_output=True,
         text=True,
