@@ -136,20 +136,29 @@ class CellStudies(CellSearcher):
         self.sweep, self.sweep_dir, self.sampler = sweep, sweep_dir, sampler
         self.asked: dict[str, tuple[str, int]] = {}  # Tune trial id -> (cell, Optuna number)
         self.studies: dict[str, optuna.Study] = {}
+        self.journal: JournalStorage | None = None
 
     def __getstate__(self):
-        return {**self.__dict__, "studies": {}}
+        return {**self.__dict__, "studies": {}, "journal": None}
 
     def __setstate__(self, state: dict):
         if "experiment" in state:  # pickled (tuner.pkl) by rhnsearch 0.2
             state["sweep_dir"] = state.pop("experiment")
-        self.__dict__.update(state)
+        self.__dict__.update({"journal": None, **state})
+
+    def storage(self) -> JournalStorage:
+        """The sweep's journal, one storage for every cell's study: a storage replays and holds
+        every study of its file, and reads what the others appended at each ask and tell (one
+        a study held 12 copies of every trial: 0.4 GB more at 10,000; docs/scale.md)."""
+        if self.journal is None:
+            self.journal = optuna_storage(self.sweep_dir)
+        return self.journal
 
     def study(self, label: str) -> optuna.Study:
         if label not in self.studies:
             study = optuna.create_study(
                 study_name=study_name(self.sweep, label),
-                storage=optuna_storage(self.sweep_dir),
+                storage=self.storage(),
                 direction="minimize",
                 load_if_exists=True,
             )
