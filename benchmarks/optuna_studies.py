@@ -29,8 +29,7 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
 
 from rhnsearch.data import load_dataset
-from rhnsearch.models import resolve_arch
-from rhnsearch.search.searchers import optuna_distribution
+from rhnsearch.search.searchers import CellSearcher, optuna_distribution
 from rhnsearch.search.space import load_space
 
 SPACE = Path(__file__).resolve().parents[1] / "spaces" / "jsb_optimization.yaml"
@@ -41,13 +40,10 @@ def cell_distributions() -> dict[str, dict]:
     """Each cell's Optuna distributions, as the sweep's searcher asks its study for them."""
     space = load_space(SPACE, preset=PRESET)
     cells = space.cells_for(load_dataset(space.dataset))
+    drawn = CellSearcher(space, cells, {}, []).params  # each cell's params its arch reads
     return {
-        label: {
-            name: optuna_distribution(d)
-            for name, d in space.params.items()
-            if name not in resolve_arch(cell["arch"]).unused
-        }
-        for label, cell in cells.items()
+        label: {name: optuna_distribution(d) for name, d in params.items()}
+        for label, params in drawn.items()
     }
 
 
