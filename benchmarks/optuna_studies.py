@@ -3,8 +3,8 @@ it grows, without Tune or rhnsearch's driver, for the part of an Optuna sweep's 
 that is Optuna's own (`scale.py --search optuna`).
 
 As the sweep's searcher (`search/searchers.py`, `CellStudies`) uses them: the JSB study's `cpu`
-preset's 12 cells, a study each in one journal file (one `JournalStorage` of Optuna's
-`JournalFileBackend`; --storage-per-study: one a study, as the searcher had it before), each
+preset's 12 cells, a study each in one journal file (one `JournalStorage`, made by the
+sweep's `optuna_storage`; --storage-per-study: one a study, as the searcher had it before), each
 asked in turn for a setting of the space's distributions by a seeded `TPESampler` with
 `constant_liar=True`, --slots trials in flight (a trial is told when it is the oldest of them
 and the slots are full), each told a loss drawn at random (TPE's cost is in the number of
@@ -25,11 +25,9 @@ from pathlib import Path
 
 import numpy as np
 import optuna
-from optuna.storages import JournalStorage
-from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
 
 from rhnsearch.data import load_dataset
-from rhnsearch.search.searchers import CellSearcher, optuna_distribution
+from rhnsearch.search.searchers import CellSearcher, optuna_distribution, optuna_storage
 from rhnsearch.search.space import load_space
 
 SPACE = Path(__file__).resolve().parents[1] / "spaces" / "jsb_optimization.yaml"
@@ -47,22 +45,18 @@ def cell_distributions() -> dict[str, dict]:
     }
 
 
-def journal(path: str) -> JournalStorage:
-    return JournalStorage(JournalFileBackend(path, lock_obj=JournalFileOpenLock(path)))
-
-
 def run(sizes: list[int], slots: int, folder: Path, *, storage_per_study: bool) -> list[dict]:
     """Ask up to max(SIZES) trials, a cell at a time, and tell each once SLOTS more are in
     flight; per span of SIZES, the mean CPU ms of its asks and tells and the peak RSS at its
     end."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    path = str(folder / "optuna.log")
-    shared = journal(path)
+    shared = optuna_storage(str(folder))  # the sweep's own journal file, lock and storage
     cells = cell_distributions()
+    labels = list(cells)
     studies = {
         label: optuna.create_study(
             study_name=label,
-            storage=journal(path) if storage_per_study else shared,
+            storage=optuna_storage(str(folder)) if storage_per_study else shared,
             sampler=optuna.samplers.TPESampler(seed=k, constant_liar=True),
         )
         for k, label in enumerate(cells)
@@ -72,7 +66,7 @@ def run(sizes: list[int], slots: int, folder: Path, *, storage_per_study: bool) 
     ask_s = tell_s = 0.0
     told_now = start = 0
     for n in range(max(sizes)):
-        label = list(cells)[n % len(cells)]
+        label = labels[n % len(labels)]
         began = time.process_time()
         trial = studies[label].ask(cells[label])
         ask_s += time.process_time() - began

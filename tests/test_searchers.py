@@ -164,9 +164,10 @@ def test_each_cell_has_its_own_study_told_each_trials_outcome(sampler, tmp_path)
 
 
 def test_every_cells_study_reads_the_sweeps_journal_through_one_storage(tmp_path, monkeypatch):
-    """A journal storage replays and holds every study of its file: a storage a cell held
-    every trial of the sweep once a cell (0.4 GB more at 10,000 trials). One storage a
-    searcher, opened again by a restored one; every cell's trials reach the journal."""
+    """A journal storage replays and holds every study of its file: with a storage for each
+    cell, every trial of the sweep was held once for each cell (0.4 GB more at 10,000
+    trials). One storage a searcher, opened again by a restored one; every cell's trials
+    reach the journal."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     opened = []
 
