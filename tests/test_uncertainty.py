@@ -82,40 +82,50 @@ def test_a_stopped_setting_that_would_have_improved_only_lowers_the_curve():
         assert np.all(expected_best(one, ks)[0] < recorded)
 
 
-def test_a_gap_with_no_difference_is_declared_at_most_5_percent_of_the_time():
-    """Pairs of cells drawn from one distribution, the committed run's finished RHN settings,
-    at 10 and 40 settings a cell: the gap's interval excludes 0 in at most 5% of pairs, give
-    or take what the pairs' number allows (binomial, 1 in 1,000); the test is exact."""
+def test_a_gap_of_no_difference_between_two_real_cells_is_declared_at_most_5_percent():
+    """The committed run's DT-RNN and RHN cells at depth 6 (spreads of tens of nats and of
+    tenths at their best), DT-RNN's moved so that both populations have the same expected best
+    of k, 27 settings against 40 as in the run: the gap's interval excludes 0 in at most 5% of
+    pairs, give or take what the pairs' number allows (binomial, 1 in 1,000). The permutation
+    test this replaced declared it in 25-35% (benchmarks/calibration.py has every row)."""
     from rhnsearch.results import uncertainty
+    from rhnsearch.results.expected_best import expected_best
 
-    pool = np.concatenate([v for (arch, _), (v, _) in cell_losses().items() if arch == "rhn"])
+    cells = cell_losses()
+    dtrnn, rhn = cells[("dtrnn", 6)][0], cells[("rhn", 6)][0]
+    k = uncertainty.comparable_k(40, 27, 40)
+    moved = dtrnn + expected_best(rhn, [k])[0][0] - expected_best(dtrnn, [k])[0][0]
     rng = np.random.default_rng(3)
-    for n, pairs in ((10, 120), (40, 80)):
-        declared = 0
-        for _ in range(pairs):
-            found = uncertainty.gap(rng.choice(pool, n), rng.choice(pool, n), 40)
-            low, high = found.bounds
-            assert (low > 0 or high < 0) == (found.p < 0.05)  # excludes 0 as the test rejects
-            declared += found.p < 0.05
-        assert declared <= binom.ppf(0.999, pairs, 0.05), (n, declared)
+    pairs, declared = 150, 0
+    for _ in range(pairs):
+        found = uncertainty.gap(rng.choice(moved, 27), rng.choice(rhn, 40), 40)
+        assert found.k == k == 6
+        declared += uncertainty.excludes_zero(found) == "yes"
+    assert declared <= binom.ppf(0.999, pairs, 0.05), declared
 
 
-def test_a_gap_interval_holds_the_shifts_its_test_accepts():
-    """The committed run's DT-RNN and RHN cells at depth 6: the test rejects the interval's
-    ends moved outward and accepts them; the gap lies inside; a cell of one setting, or two
-    against two (no relabelling rare enough), has no bounded interval."""
+def test_a_gap_interval_moves_with_its_cell_and_needs_enough_settings():
+    """The committed run's DT-RNN and RHN cells at depth 6: the interval holds the gap, and a
+    cell moved by d moves it by d (so a true gap is covered exactly as often as no gap is:
+    benchmarks/calibration.py counts coverage so); under MIN_SETTINGS a cell there is no
+    interval and the verdict says why; a cell of one setting gives no gap."""
     from rhnsearch.results import uncertainty
 
     cells = cell_losses()
     dtrnn, rhn = cells[("dtrnn", 6)][0], cells[("rhn", 6)][0]
     found = uncertainty.gap(dtrnn, rhn, 40)
     low, high = found.bounds
-    assert found.k == len(dtrnn) == 27 and low < found.value < high
-    for shift, accepted in ((low, True), (high, True), (low - 0.01, False), (high + 0.01, False)):
-        assert (uncertainty.gap(dtrnn - shift, rhn, 40).p >= 0.05) is accepted, shift
+    assert found.k == len(dtrnn) // 4 == 6 and low < found.value < high
+    moved = uncertainty.gap(dtrnn + 0.3, rhn, 40)
+    assert moved.bounds == pytest.approx((low + 0.3, high + 0.3), abs=1e-9)
+    assert uncertainty.gap(dtrnn, rhn, 40) == found  # a fixed seed
+    few = uncertainty.gap(dtrnn[:19], rhn, 40)
+    assert few.bounds is None and few.k == 4
+    assert uncertainty.verdict(few, "worse") == uncertainty.UNRESOLVABLE
+    assert uncertainty.shown_gap(few) == uncertainty.TOO_FEW
+    assert uncertainty.excludes_zero(few) == uncertainty.excludes_zero(None) == "–"
     assert uncertainty.gap([1.0], [1.0, 2.0]) is None
-    assert uncertainty.gap([5.0, 7.0], [1.0, 3.0]).bounds == (-np.inf, np.inf)
-    assert uncertainty.excludes_zero(None) == "–"
+    assert uncertainty.comparable_k(40, 27, 40) == 6 and uncertainty.comparable_k(10, 3) == 1
 
 
 def test_the_probability_of_improvement_counts_wins_and_half_ties():
@@ -136,9 +146,9 @@ def test_a_claim_is_worded_from_the_side_of_0_its_interval_lies_on():
     from rhnsearch.results.uncertainty import Gap, verdict
 
     above, around, below = (
-        Gap(1.0, 5, 0.01, (0.2, 1.5)),
-        Gap(0.1, 5, 0.6, (-0.4, 0.7)),
-        Gap(-1.0, 5, 0.01, (-1.5, -0.2)),
+        Gap(1.0, 5, (0.2, 1.5)),
+        Gap(0.1, 5, (-0.4, 0.7)),
+        Gap(-1.0, 5, (-1.5, -0.2)),
     )
     assert [verdict(g, "worse") for g in (above, around, below, None)] == [
         "holds",

@@ -112,7 +112,8 @@ def add_confirmed(rsub):
         help="the cells compared on the settings `sweep confirm` trained again",
         description="Per cell, each confirmed setting's mean over its new seeds of the "
         "sweep's quantity (its space's `quantity`, or --metric) with a 95%% t-interval, the "
-        "cell's best confirmed setting (on validation), and the gap of each cell's best to the "
+        "cell's setting chosen on the search (its best valid loss there), and the gap of each "
+        "cell's chosen setting to the "
         "best cell's with a 95%% Welch interval. Markdown on stdout.",
     )
     confirmed.add_argument("--experiment", required=True, help="MLflow experiment")

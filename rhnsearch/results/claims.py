@@ -4,16 +4,19 @@ by hand, so that a sentence says no more than its numbers."""
 
 import pandas as pd
 
+from .uncertainty import UNRESOLVABLE
+
 WORDS = {
     "holds": "holds",
     "does not hold": "does not hold",
     "not resolved": "is not resolved",
     "consistent with": "is consistent with the numbers, not shown by them",
 }
+UNCORRECTED = "uncorrected"  # each verdict at 5% on its own, not for the finding's claims together
 
 
 SEARCHED = "the expected best of {k} settings"  # what `tables.jsb_finding` compares
-CONFIRMED = "the mean over {k} seeds of each cell's best confirmed setting"  # confirmed.py's
+CONFIRMED = "the mean over {k} seeds of each cell's setting chosen on the search"  # confirmed.py's
 
 
 def optimization_claims(finding: pd.DataFrame, measure: str = SEARCHED) -> list[str]:
@@ -46,7 +49,10 @@ def said(claim: str, row: pd.Series, name: str, measure: str) -> str:
     verdict = row[f"{name}: paper's claim"].split(": ", 1)[1]
     if pd.isna(row[f"{name}: k"]):
         return f"{claim} {WORDS[verdict]}: a cell has no setting that did not diverge"
+    measured = f"{value:+.3f} nats in {measure.format(k=row[f'{name}: k'])}"
+    if verdict == UNRESOLVABLE:
+        return f"{claim} is not resolved: {measured}, too few settings a cell for an interval"
     return (
-        f"{claim} {WORDS[verdict]}: {value:+.3f} nats in "
-        f"{measure.format(k=row[f'{name}: k'])}, 95% interval {row[f'{name}: 95% interval']}"
+        f"{claim} {WORDS[verdict]}: {measured}, 95% interval "
+        f"{row[f'{name}: 95% interval']} ({UNCORRECTED})"
     )

@@ -210,14 +210,14 @@ def gaps_sentence(finding: pd.DataFrame | None, trials: pd.DataFrame) -> str:
     gap = next(c for c in finding.columns if c.startswith("gap to RHN"))
     parts = [
         f"{row['arch']} {row[gap]:+.3f} {row['gap: 95% interval']}"
-        + (" (excludes 0)" if row["gap excludes 0"] == "yes" else " (includes 0)")
+        + {"yes": " (excludes 0)", "no": " (includes 0)"}.get(row["gap excludes 0"], "")
         for _, row in finding.iterrows()
         if row["arch"] != "RHN"
     ]
     return (
         (
             f" Gaps of each architecture's expected best best_valid_loss of k settings to "
-            f"RHN's at depth {gap.split()[-1]}, with the 95% intervals of permutation tests: "
+            f"RHN's at depth {gap.split()[-1]}, with their calibrated 95% bootstrap intervals: "
             + "; ".join(parts)
             + "."
         )
@@ -269,7 +269,7 @@ def confirmed_section(chosen: pd.Series, every: pd.DataFrame) -> str:
         )
         + html_table(
             gaps,
-            f"Each cell's best confirmed setting against the best cell's: the gap of their "
+            f"Each cell's setting chosen on the search against the best cell's: the gap of their "
             f"mean {metric} with a 95% Welch interval over their seeds.",
             "confirmed-gaps",
         )
@@ -292,7 +292,7 @@ def confirmed_claims(kind: Kind, every: pd.DataFrame, metric: str, table_id: str
     return html_table(
         finding,
         f"The paper's claims on the confirmed settings, in {metric}: per architecture, the "
-        "mean over seeds of its cell's best confirmed setting at the shallowest and deepest "
+        "mean over seeds of its cell's setting chosen on the search at the shallowest and deepest "
         "depth, its change with depth and its gap to RHN, each with a 95% Welch interval over "
         "the two settings' seeds and the verdict of the paper's claim there.",
         table_id,

@@ -22,7 +22,7 @@ import pandas as pd
 
 from ..errors import UserError
 from ..tracking import store
-from . import published, tables
+from . import published, tables, uncertainty
 from .claims import optimization_claims
 from .expected_best import BEST_OF
 from .export import check_out, markdown, write_frame
@@ -78,9 +78,14 @@ HSG = Groups(
     published.HSG_PAPER,
 )
 
-# The paper's preset draws 40 settings a cell: of pairs of such cells, gaps of the expected best
-# of 40 found a shift of 0.3 nats in 62%, of 10 in 10% (benchmarks/calibration.py).
+# The paper's preset draws 40 settings a cell; its gaps compare the expected best of at most a
+# quarter of them (`uncertainty.comparable_k`), what 40 settings can estimate.
 JSB_BEST_OF = 40
+GAP_METHOD = (
+    "with a 95% interval (a BCa bootstrap of each cell's settings at the 99% level, which "
+    "keeps 95% on pairs of the study's own cells: benchmarks/calibration.py; none below "
+    f"{uncertainty.MIN_SETTINGS} settings a cell, too few to resolve a gap)"
+)
 KINDS = {
     "cells": Kind("swarm", tables.jsb_optimization, tables.cells_caption),
     "optimization": Kind(
@@ -92,12 +97,12 @@ KINDS = {
         "Measured on this sweep: each architecture's best best_valid_loss (nats per time step) "
         "at the shallowest and deepest depth, its change with depth (the paper's two claims: "
         "not up for RHN, up for DT-RNN and DT(S)-RNN) and its gap to RHN at the deepest "
-        f"depth, each the difference of the two cells' expected best of k settings (k: "
-        f"{JSB_BEST_OF}, or the fewer settings that did not diverge), with the 95% interval "
-        "of a permutation test inverted (it excludes 0 when the test rejects no difference "
-        "at 5%), and the probability that a random setting of the first cell beats one of "
-        "the second (ties half) with its 95% bootstrap interval; whether each of the paper's "
-        "claims holds there, from that interval.",
+        "depth, each the difference of the two cells' expected best of k settings (k: "
+        f"{JSB_BEST_OF} or a quarter of the fewer settings that did not diverge, whichever "
+        f"is smaller), {GAP_METHOD}, and the probability that a random setting of the first "
+        "cell beats one of the second (ties half) with its 95% bootstrap interval; whether "
+        "each of the paper's claims holds there, from that interval (each at 5%, "
+        "uncorrected for the others).",
         best_of=JSB_BEST_OF,
         claims=optimization_claims,
     ),
@@ -109,10 +114,8 @@ KINDS = {
         tables.depth_finding,
         "Measured on this sweep: each depth's best valid perplexity and its gap to the "
         "shallowest depth in best_valid_loss (nats per word; negative: better), the "
-        "difference of the two cells' expected best of k trials (k: the fewer of "
-        f"{BEST_OF} and each cell's trials), with the 95% interval of a permutation test "
-        "inverted (it excludes 0 when the test rejects no difference at 5%; a cell of one "
-        "trial has none).",
+        "difference of the two cells' expected best of k trials (k: "
+        f"{BEST_OF} or a quarter of the fewer trials, whichever is smaller), {GAP_METHOD}.",
         BUDGET,
     ),
     "hsg_depth": Kind(

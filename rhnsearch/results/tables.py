@@ -207,10 +207,12 @@ def compared(losses, reference, best_of: int, name: str, better: str, claim: str
     CLAIM of the gap's sign ('worse': the first cell is; 'not worse') holds there
     (`uncertainty.verdict`)."""
     found = uncertainty.gap(losses, reference, best_of)
-    k = min(best_of, len(losses), len(reference))
+    k = min(len(losses), len(reference)) and uncertainty.comparable_k(
+        best_of, len(losses), len(reference)
+    )
     return {
         f"{name}: k": k if k else pd.NA,
-        f"{name}: 95% interval": uncertainty.shown(found and found.bounds),
+        f"{name}: 95% interval": uncertainty.shown_gap(found),
         f"{name} excludes 0": uncertainty.excludes_zero(found),
         f"{name}: P({better})": uncertainty.shown_improvement(losses, reference) if k else "–",
         f"{name}: paper's claim": f"{claim}: {uncertainty.verdict(found, claim)}",
@@ -218,11 +220,11 @@ def compared(losses, reference, best_of: int, name: str, better: str, claim: str
 
 
 def gap_of(losses, reference, best_of: int) -> float:
-    """The difference of two cells' expected best of k, k the fewer of BEST_OF and each
-    cell's settings (NaN where either has none)."""
-    k = min(best_of, len(losses), len(reference))
-    if not k:
+    """The difference of two cells' expected best of k, k as `uncertainty.comparable_k`
+    (NaN where either has none)."""
+    if not min(len(losses), len(reference)):
         return float("nan")
+    k = uncertainty.comparable_k(best_of, len(losses), len(reference))
     return float(expected_best(losses, [k])[0][0] - expected_best(reference, [k])[0][0])
 
 
@@ -235,8 +237,8 @@ def jsb_finding(
     """The RHN paper's JSB finding, measured: per arch, its best METRIC at the shallowest and
     the deepest depth, its change with depth (the paper's two claims: RHN's does not grow,
     DT-RNN's and DT(S)-RNN's do) and at the deepest depth its gap to RHN (positive: worse than
-    RHN), each a difference of the two cells' expected best of k settings (k the fewer of
-    BEST_OF and each cell's), with its 95% interval, whether it excludes 0 and the
+    RHN), each a difference of the two cells' expected best of k settings (k as
+    `uncertainty.comparable_k`), with its 95% interval, whether it excludes 0 and the
     probability that a setting of the first cell beats one of the second (`uncertainty`)."""
     ok = trials[finished(trials, metric)]
     losses = ok.groupby(["params.arch", "params.depth"])[f"metrics.{metric}"]
@@ -284,8 +286,8 @@ def depth_finding(trials: pd.DataFrame, best_of: int = BEST_OF) -> pd.DataFrame:
     """The RHN paper's PTB finding, measured: per (tied, depth) cell, its best valid
     perplexity and its gap to the shallowest depth in best_valid_loss (nats per word;
     negative: deeper is better), the difference of the two cells' expected best of k trials
-    (k the fewer of BEST_OF and each cell's trials), with its 95% interval and whether it
-    excludes 0 (`uncertainty`)."""
+    (k as `uncertainty.comparable_k`), with its 95% interval and whether it excludes 0
+    (`uncertainty`)."""
     trials = swept_in_depth(trials)
     ok = trials[finished(trials, "best_valid_loss")]
     cell = {
@@ -305,10 +307,10 @@ def depth_finding(trials: pd.DataFrame, best_of: int = BEST_OF) -> pd.DataFrame:
                 "trials": len(losses),
                 "best valid perplexity": float(np.exp(losses.min())),
                 f"gap to depth {shallow} (nats)": gap_of(losses, reference, best_of),
-                "gap: k": min(best_of, len(losses), len(reference)) or pd.NA,
-                "gap: 95% interval": uncertainty.shown(found and found.bounds)
-                if depth != shallow
-                else "–",
+                "gap: k": uncertainty.comparable_k(best_of, len(losses), len(reference))
+                if len(reference)
+                else pd.NA,
+                "gap: 95% interval": uncertainty.shown_gap(found) if depth != shallow else "–",
                 "gap excludes 0": uncertainty.excludes_zero(found),
             }
         )
