@@ -2,10 +2,12 @@
 the trials it ships and what its preset gives today: its table, its measured finding (on the
 search and, for jsb_paper, on the confirmation round) with the sentences their intervals make
 (`claims`), made again here from its trials.parquet (the sweep's `results export`) in a few
-seconds; its resolved space and drawn settings checked against today's preset and searcher."""
+seconds; its resolved space, its cells and drawn settings checked against today's preset,
+budget solver and searcher."""
 
 import json
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -82,17 +84,21 @@ def check_table_and_finding(example: Path, every: pd.DataFrame, report: str):
     assert [line[2:] for line in committed.splitlines() if line.startswith("- ")] == claims
 
 
-def test_every_recorded_example_is_what_its_preset_resolves_to_today():
+def test_every_recorded_example_is_what_its_preset_resolves_to_today(jsb, ptb_sample):
     """Every example but historical/ records what it ran (run.json: its space file, preset,
     overrides and commit; space.json: the resolved space its parent run logged), and is what
     its command gives today: the space file and preset, with its overrides, resolve to the
     recorded space (read by today's model, so that a field added since, at a default that
-    changes nothing it drew, does not count), today's searcher draws its settings, and its
-    table and (where its kind of study measures one) its finding are what its trials make. A
-    change to a preset, to a default it relies on or to what a sweep draws fails here until
-    the example is re-made or moved to historical/."""
+    changes nothing it drew, does not count), the cells today's space makes of its data are
+    its trials' (label, arch, depth, tied, width, parameter count), today's searcher given
+    those cells draws its settings, and its table and (where its kind of study measures one)
+    its finding are what its trials make. A change to a preset, to a default it relies on, to
+    how a budget becomes a width or to what a sweep draws fails here until the example is
+    re-made or moved to historical/."""
     from rhnsearch.search.space import Space, load_space
     from rhnsearch.tracking.store import search_trials
+
+    datasets = {data.name: data for data in (jsb, ptb_sample)}
 
     recorded = sorted((ROOT / "results" / "examples").glob("*/run.json"))
     assert "jsb_paper" in [p.parent.name for p in recorded]
@@ -110,32 +116,69 @@ def test_every_recorded_example_is_what_its_preset_resolves_to_today():
         trials = search_trials(every)
         assert set(trials["params.preset"]) == {run["preset"]}
         assert len(trials) == today.num_trials
+        # the sweep's own cells: its space's, word widths solved for its data's vocabulary
+        # (PTB's published one for a dataset the tests do not load, as cells_for gives)
+        cells = today.cells_for(datasets.get(today.dataset))
+        check_cells(path.parent.name, cells, every)
         if run["search"] == "random":
-            check_drawn_settings(today, trials)
+            check_drawn_settings(path.parent.name, today, cells, trials)
         check_table_and_finding(path.parent, every, today.report)
 
 
-def check_drawn_settings(space, trials: pd.DataFrame):
+CELL_COLUMNS = ["cell", "arch", "depth", "tied", "width", "n_params"]
+
+
+def check_cells(example: str, cells: dict, every: pd.DataFrame):
+    """The cells of the trials EVERY of EXAMPLE (label, arch, depth, tied, width and parameter
+    count, each trial's) are CELLS, those today's space makes: a change to how a budget
+    becomes a width or to how a cell's parameters are counted fails here, for every cell it
+    moves, even where the space itself reads as before."""
+    today = {
+        (label, c["arch"], c["depth"], c["tied"], c["width"], c["params"])
+        for label, c in cells.items()
+    }
+    kinds = (str, str, int, bool, int, int)
+    columns = every[[f"params.{c}" for c in CELL_COLUMNS]]
+    recorded = {
+        tuple(kind(v) for kind, v in zip(kinds, row, strict=True))
+        for row in columns.drop_duplicates().itertuples(index=False)
+    }
+
+    def listed(found):
+        return "; ".join(", ".join(map(str, c)) for c in sorted(found)) or "none"
+
+    assert recorded == today, (
+        f"{example}: its trials' cells ({', '.join(CELL_COLUMNS)}) are not those today's "
+        f"space makes: only in its trials: {listed(recorded - today)}; only today: "
+        f"{listed(today - recorded)}. A change to the preset, the budget solver or the "
+        "parameter count moved them: re-make the example with its README's command (or "
+        "move it to historical/)"
+    )
+
+
+def check_drawn_settings(example: str, space, cells: dict, trials: pd.DataFrame):
     """Every cell's settings in TRIALS (a random search's) are those today's searcher draws
-    from SPACE: a change to the random stream (the searcher, how a setting's seed is made)
-    fails here too, not only a change to the space."""
+    from SPACE given CELLS (today's, as the sweep gives it them): a change to the random
+    stream (the searcher, how a setting's seed is made, a cell's label) fails here too, not
+    only a change to the space."""
     from rhnsearch.search.searchers import CellSearcher, round_slots
 
     def value(v):
         return round(float(v), 12) if isinstance(v, (int, float)) else str(v)
 
-    cells = trials.groupby("params.cell")["params.arch"].first()
-    searcher = CellSearcher(
-        space, {c: {"arch": a} for c, a in cells.items()}, {}, round_slots(space.samples, 1)
-    )
-    for label, rows in trials.groupby("params.cell"):
+    searcher = CellSearcher(space, cells, {}, round_slots(space.samples, 1))
+    for label in cells:
+        rows = trials[trials["params.cell"] == label]
         drawn = [searcher.setting("", label, k) for k in range(space.samples)]
         names = sorted(drawn[0])
         expected = sorted(tuple(value(d[n]) for n in names) for d in drawn)
         recorded = sorted(
             tuple(value(row[f"params.{n}"]) for n in names) for _, row in rows.iterrows()
         )
-        assert recorded == expected, f"{label}: today's searcher draws other settings"
+        assert recorded == expected, (
+            f"{example}: {label}: today's searcher draws other settings than its trials "
+            "ran: re-make the example with its README's command (or move it to historical/)"
+        )
 
 
 def first_epochs_to_check(histories: pd.DataFrame) -> pd.DataFrame:
@@ -149,45 +192,99 @@ def first_epochs_to_check(histories: pd.DataFrame) -> pd.DataFrame:
     return first.sort_values("metrics.epoch_seconds").groupby("params.arch").head(1)
 
 
+# A first epoch's losses on a CPU or torch build other than its example's: within this much,
+# relative, of those its run recorded (see the retrain test's docstring for the evidence).
+RETRAIN_RTOL = 1e-5
+# A trial whose first epoch moves by more than RETRAIN_RTOL / 10 when its init_scale is nudged
+# by this much (about one float32 ulp of every initial weight) amplifies rounding: another
+# CPU's summation order alone moves it past any tolerance that tells a model change.
+NUDGE = 1e-7
+
+
+def epoch_losses(trainer) -> tuple[float, float]:
+    """The training and validation loss of TRAINER's next epoch."""
+    epoch = trainer.run_epoch()
+    return epoch["train_loss"], epoch["valid_loss"]
+
+
+def moved(now, then) -> float:
+    """The largest relative difference between the losses NOW and THEN."""
+    return max(abs(a - b) / abs(b) for a, b in zip(now, then, strict=True))
+
+
 @pytest.mark.slow
-def test_each_example_trains_again_to_its_history_on_its_cpu(jsb, ptb_sample):
+def test_each_example_trains_again_to_its_history(jsb, ptb_sample):
     """Today's code trains each example's trials to the numbers its run recorded: the first
-    epoch of one trial per architecture, from the config and seed its run logged, gives the
-    recorded validation loss bit for bit, on the CPU and torch build that made the example
-    (another CPU sums in another order: results/examples/README.md). A change to what a trial
-    trains (the models, the data order, the evaluation) fails here until the examples are
-    re-made: 20-40 epochs make an 8th-digit change at epoch 1 a change in the tables."""
+    epoch of one trial per architecture, from the config and seed its run logged, builds a
+    model of the recorded parameter count and gives the recorded training and validation
+    loss. On the CPU and torch build that made the example, bit for bit. On another CPU
+    (which sums in another order: results/examples/README.md) or torch build (CI may install
+    a newer one), within RETRAIN_RTOL relative: on this Xeon the JSB trials made on an EPYC
+    differ by at most 1.6e-6 (most by ~2e-8), while width + 1 moves them by 1.9e-4 to
+    6.8e-2 and init_scale or lr x 1.001 by 1.2e-5 to 1.8e-3 in one of the two losses. A trial
+    whose first epoch amplifies rounding (PTB's here: a 1e-7 nudge of init_scale moves its
+    validation loss 1e-3 to 3e-2, as much as width + 1) cannot be told from a changed model
+    on another CPU: there only its parameter count is checked, and the test warns that it
+    was not. A change to what a trial trains (the models, the data order, the evaluation)
+    fails here until the examples are re-made: 20-40 epochs make an 8th-digit change at
+    epoch 1 a change in the tables."""
     import torch
 
     from rhnsearch.provenance import cpu_name
     from rhnsearch.train import Trainer, TrialConfig
 
     datasets = {data.name: data for data in (jsb, ptb_sample)}
-    checked, skipped = [], []
+    here = f"{cpu_name()} with torch {torch.__version__}"
+    checked, unchecked = [], []
     threads = torch.get_num_threads()
     try:
         for path in sorted((ROOT / "results" / "examples").glob("*/histories.parquet")):
+            name = path.parent.name
             run = json.loads((path.parent / "run.json").read_text())
             histories = pd.read_parquet(path)
-            if run.get("cpu") != cpu_name():
-                skipped.append(f"{path.parent.name}: made on {run.get('cpu', 'an unrecorded CPU')}")
-                continue
-            assert set(histories["torch_version"]) == {torch.__version__}, (
-                f"{path.parent.name} was made with torch {set(histories['torch_version'])}, "
-                f"this is {torch.__version__}: re-make it"
+            versions = set(histories["torch_version"])
+            made = (
+                f"{run.get('cpu', 'an unrecorded CPU')} with torch {', '.join(map(str, versions))}"
             )
+            exact = run.get("cpu") == cpu_name() and versions == {torch.__version__}
             for _, row in first_epochs_to_check(histories).iterrows():
-                config = TrialConfig.from_dict(
-                    {k[7:]: v for k, v in row.items() if k.startswith("params.") and pd.notna(v)}
+                params = {
+                    k[7:]: v for k, v in row.items() if k.startswith("params.") and pd.notna(v)
+                }
+                config = TrialConfig.from_dict(params)
+                trainer = Trainer(config, datasets[config.dataset])
+                trial = f"{name}: trial {row['trial_id']} ({config.arch}, depth {config.depth})"
+                assert trainer.n_params == row["params.n_params"], (
+                    f"{trial} now has {trainer.n_params} parameters, its run "
+                    f"{row['params.n_params']}: re-make the example"
                 )
-                valid = Trainer(config, datasets[config.dataset]).run_epoch()["valid_loss"]
-                assert valid == row["metrics.valid_loss"], (
-                    f"{path.parent.name}: trial {row['trial_id']} ({config.arch}, depth "
-                    f"{config.depth}) now gives {valid!r} at epoch 1, its run "
-                    f"{row['metrics.valid_loss']!r}: re-make the example"
-                )
-                checked.append((path.parent.name, config.arch, config.depth))
+                now = epoch_losses(trainer)
+                then = (row["metrics.train_loss"], row["metrics.valid_loss"])
+                if exact:
+                    assert now == then, (
+                        f"{trial} now gives (train, valid) losses {now!r} at epoch 1, its run "
+                        f"{then!r}, on the CPU and torch that made it: re-make the example"
+                    )
+                elif moved(now, then) > RETRAIN_RTOL:
+                    nudge = {**params, "init_scale": config.init_scale * (1 + NUDGE)}
+                    trainer = Trainer(TrialConfig.from_dict(nudge), datasets[config.dataset])
+                    if moved(epoch_losses(trainer), now) > RETRAIN_RTOL / 10:
+                        unchecked.append(trial)
+                        continue
+                    raise AssertionError(
+                        f"{trial} now gives (train, valid) losses {now!r} at epoch 1, its run "
+                        f"{then!r}: {moved(now, then):.1e} apart, more than another CPU or "
+                        f"torch build moves it ({RETRAIN_RTOL:.0e}; made on {made}, here "
+                        f"{here}): re-make the example"
+                    )
+                checked.append(trial)
     finally:
         torch.set_num_threads(threads)
-    if not checked:
-        pytest.skip(f"no example was made on this CPU ({cpu_name()}): {'; '.join(skipped)}")
+    if unchecked:
+        warnings.warn(
+            f"made on another CPU or torch build than {here}, these trials' first epochs "
+            f"amplify rounding past {RETRAIN_RTOL:.0e}, so only their parameter counts were "
+            f"checked: {'; '.join(unchecked)}",
+            stacklevel=1,
+        )
+    assert checked, "no example's trial could be checked on this CPU"
