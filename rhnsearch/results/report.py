@@ -264,7 +264,8 @@ def confirmed_section(chosen: pd.Series, every: pd.DataFrame) -> str:
             f"Each confirmed setting: the search trial it repeats and that trial's "
             f"best_valid_loss, its new seeds that completed, their mean {metric} (the "
             "sweep's quantity) and its 95% t-interval over the seeds; `best`: its cell's "
-            "lowest mean best_valid_loss (settings are chosen on validation).",
+            "setting chosen on the search (the lowest best_valid_loss there, fixed before the "
+            "round ran).",
             "confirmed-settings",
         )
         + html_table(
