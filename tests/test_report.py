@@ -231,7 +231,7 @@ def test_jsb_report_states_the_finding_and_measures_it(pages, jsb_smoke):
     def gap(mine: tuple, theirs: tuple) -> float:
         if mine not in cells or theirs not in cells:
             return math.nan
-        k = min(40, len(cells[mine]), len(cells[theirs]))
+        k = max(1, min(40, len(cells[mine]) // 4, len(cells[theirs]) // 4))  # comparable_k
         return expected_best_of(cells[mine], k) - expected_best_of(cells[theirs], k)
 
     rows = Page(text).table_rows("finding-table")

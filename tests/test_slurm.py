@@ -219,7 +219,7 @@ def test_a_stop_signal_as_the_sweep_returns_leaves_the_summarys_exit_code():
 import os, signal, sys, threading, time
 from rhnsearch.cli.sweep import sweep_then_report
 
-def sweep():  # a finished sweep; the signal comes as it returns
+def sweep(on_start):  # a finished sweep; the signal comes as it returns
     threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
     return dict(name="late", trials=1, completed=1, stopped=0, diverged=0, failed=0,
                 running=0, best=None, wall_seconds=1.0, train_seconds=1.0, complete=True)

@@ -850,6 +850,25 @@ def test_extend_a_finished_sweep_with_settings_then_seeds(tmp_path, data_dir, sw
         assert len({p["lr"] for p in params}) == 1
 
 
+def check_phases(client: MlflowClient, parent: str, trials, page: str, tmp_path: Path):
+    """The sweep `ext`'s search, its extension and its confirmation round apart: each round's
+    wall time, CPU-hours and trial-epochs, in `sweep status` and the report's header; the
+    rounds' trial-epochs add up to the epochs every trial trained, their hours to the total."""
+    from rhnsearch.tracking.phases import phases
+
+    rounds = phases(client, parent)
+    assert [r.name for r in rounds] == ["search", "extension 1", "confirmation 2"]
+    assert all(r.wall_seconds > 0 and r.hours["cpu_hours"] > 0 for r in rounds)
+    assert sum(r.trial_epochs for r in rounds) == int(trials["metrics.epoch"].sum())
+    total = client.get_run(parent).data.metrics["cpu_hours"]
+    assert sum(r.hours["cpu_hours"] for r in rounds) == pytest.approx(total)
+    status = rhnsearch_main("sweep", "status", "ext", "--json", cwd=tmp_path)
+    shown = json.loads(status.stdout)["phases"]
+    assert [p["name"] for p in shown] == [r.name for r in rounds]
+    assert [p["trial_epochs"] for p in shown] == [r.trial_epochs for r in rounds]
+    assert "<td>wall time</td><td>search " in page and "; confirmation 2 " in page
+
+
 def check_confirm_round(client: MlflowClient, exp, uri: str, tmp_path: Path, sweeps):
     """`sweep confirm ext --top 1 --seeds 2` on the finished sweep `ext` of 16 trials in 4
     cells, its driver killed mid-round and the round resumed: each cell's best finished search
@@ -968,12 +987,13 @@ def check_confirm_round(client: MlflowClient, exp, uri: str, tmp_path: Path, swe
     )
     assert all(run.data.tags["trial_id"] in page for run in best.values())  # each cell's row
     assert 'id="confirmed-finding"' in page  # the paper's claims on them, and in words:
-    assert "the mean over 2 seeds of each cell&#x27;s best confirmed setting" in page
+    assert "the mean over 2 seeds of each cell&#x27;s setting chosen on the search" in page
     # in the space's quantity, the training loss, and beside it on validation
     assert "In best_train_loss: RHN: the claim" in page
     assert 'id="confirmed-finding-valid"' in page and "In best_valid_loss: RHN: the claim" in page
     trials = load_trials("jsb_optimization", tracking_uri=uri, sweep="ext")
     assert trials["round"].value_counts().to_dict() == {"search": 16, "confirm": 8}
+    check_phases(client, parent, trials, page, tmp_path)
     proc = rhnsearch_main(
         "results",
         "confirmed",

@@ -37,6 +37,7 @@ def main(argv=None):
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     logging.getLogger("urllib3").setLevel(logging.ERROR)  # its retries are not news
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one file at a time
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # MLflow sets its own at import
     try:
         return args.run(args) or 0
     except UserError as exc:

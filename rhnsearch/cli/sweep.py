@@ -65,6 +65,15 @@ def add_json(p, what: str = "summary"):
     p.add_argument("--json", action="store_true", help=f"print the {what} as JSON")
 
 
+def add_verbose(p):
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also print Tune's status tables and a box a trial (by default: one live "
+        "display on a terminal, else a line a trial)",
+    )
+
+
 def add_run_options(p):
     """What `sweep run` and `sweep submit` share: the space and how the sweep runs it."""
     add_space(p)
@@ -163,6 +172,7 @@ def add_run(ssub):
     add_run_options(run)
     add_address(run)
     add_json(run)
+    add_verbose(run)
     run.add_argument(
         "--resume",
         action="store_true",
@@ -182,6 +192,7 @@ def add_resume(ssub):
     add_address(resume)
     add_storage_path(resume)
     add_json(resume)
+    add_verbose(resume)
     resume.set_defaults(run=cmd_resume)
 
 
@@ -200,6 +211,7 @@ def add_extend(ssub):
     add_address(extend)
     add_storage_path(extend)
     add_json(extend)
+    add_verbose(extend)
     extend.set_defaults(run=cmd_extend)
 
 
@@ -222,6 +234,7 @@ def add_confirm(ssub):
     add_address(confirm)
     add_storage_path(confirm)
     add_json(confirm)
+    add_verbose(confirm)
     confirm.add_argument(
         "--resume",
         action="store_true",
@@ -388,6 +401,12 @@ def add_status(ssub):
     status.add_argument("--address", help="a Ray dashboard: print the Ray Job NAME's status")
     add_storage_path(status)
     add_json(status, "status")
+    status.add_argument(
+        "--watch",
+        action="store_true",
+        help="follow the sweep as it runs (another process's, a Slurm job's), from its "
+        "storage and MLflow store, until it ends; then print its status",
+    )
     status.set_defaults(run=cmd_status)
 
 
@@ -429,22 +448,28 @@ def report(summary, as_json) -> int:
     return 0 if summary["complete"] and summary["failed"] == 0 else 1
 
 
-def sweep_then_report(sweep, as_json) -> int:
-    """Run a sweep and print its summary. With --json, stdout holds the JSON line only: what
-    Ray and Tune print (trial logs, progress, its nodes' messages) goes to stderr, and Ray is
-    disconnected before the line is printed, so no late message can follow it. Once the sweep
-    has returned, SIGINT is ignored: a stop that comes too late to stop anything (Slurm's
-    warning signal as the sweep ends) leaves the exit code the summary's."""
+def sweep_then_report(sweep, as_json: bool, verbose: bool = False) -> int:
+    """Run SWEEP(on_start) and print its summary, the sweep shown as it runs on stderr (a live
+    display on a terminal, else a line a trial: `display`); what Tune and Ray print goes to the
+    sweep's driver.log, or with --verbose where it always went.
+    With --json, stdout holds the JSON line only: what Ray and Tune print (trial logs, their
+    nodes' messages) goes to stderr, and Ray is disconnected before the line is printed, so no
+    late message can follow it. Once the sweep has returned, SIGINT is ignored: a stop that
+    comes too late to stop anything (Slurm's warning signal as the sweep ends) leaves the exit
+    code the summary's."""
     import ray
 
     from ..tracking.sender import drain_seconds
+    from .display import Watching
 
     drain_seconds()  # a bad $RHNSEARCH_MLFLOW_WAIT is refused before anything is stored
+    watching = Watching(verbose=verbose)
     with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
         try:
-            summary = sweep()
+            summary = sweep(watching.begin)
             signal.signal(signal.SIGINT, signal.SIG_IGN)
         finally:
+            watching.stop()
             ray.shutdown()
     return report(summary, as_json)
 
@@ -453,7 +478,7 @@ def cmd_run(args):
     from ..sweep.lifecycle import run_sweep
 
     return sweep_then_report(
-        lambda: run_sweep(
+        lambda on_start: run_sweep(
             args.space,
             preset=args.preset,
             overrides=overrides(args),
@@ -467,8 +492,10 @@ def cmd_run(args):
             storage_path=args.storage_path,
             resume=args.resume,
             plan=args.plan,
+            on_start=on_start,
         ),
         args.json,
+        args.verbose,
     )
 
 
@@ -476,8 +503,11 @@ def cmd_resume(args):
     from ..sweep.lifecycle import resume_sweep
 
     return sweep_then_report(
-        lambda: resume_sweep(args.name, address=args.address, storage_path=args.storage_path),
+        lambda on_start: resume_sweep(
+            args.name, address=args.address, storage_path=args.storage_path, on_start=on_start
+        ),
         args.json,
+        args.verbose,
     )
 
 
@@ -487,14 +517,16 @@ def cmd_extend(args):
     if args.samples is None and args.seeds is None:
         raise UserError("sweep extend: give --samples N (settings a cell) or --seeds N")
     return sweep_then_report(
-        lambda: extend_sweep(
+        lambda on_start: extend_sweep(
             args.name,
             samples=args.samples,
             seeds=args.seeds,
             address=args.address,
             storage_path=args.storage_path,
+            on_start=on_start,
         ),
         args.json,
+        args.verbose,
     )
 
 
@@ -504,15 +536,17 @@ def cmd_confirm(args):
     from ..sweep.lifecycle import confirm_sweep
 
     return sweep_then_report(
-        lambda: confirm_sweep(
+        lambda on_start: confirm_sweep(
             args.name,
             top=args.top,
             seeds=args.seeds,
             address=args.address,
             storage_path=args.storage_path,
             resume=args.resume,
+            on_start=on_start,
         ),
         args.json,
+        args.verbose,
     )
 
 
@@ -757,6 +791,10 @@ def cmd_status(args):
     from ..sweep.status import sweep_status
     from .output import print_json
 
+    if args.watch:
+        from .display import watch
+
+        watch(args.name, args.storage_path)
     status = sweep_status(args.name, args.storage_path)
     if args.json:
         print_json(status)
@@ -773,3 +811,22 @@ def cmd_status(args):
         )
     planned = "-" if status["planned"] is None else f"{status['planned']:.3f}"
     print(f"{'total':<22} {status['trials']:>6} {'':>6} {planned:>17} {status['spent']:>15.3f}")
+    print_phases(status["phases"], status["unit"])
+
+
+def print_phases(phases: list[dict], unit: str):
+    """Each round of the sweep that has closed: its wall time, device-hours (beside the plan's)
+    and trial-epochs."""
+    if not phases:
+        return
+    label = unit.replace("_hours", "").upper() + "-hours"
+    print(f"{'round':<22} {'wall':>12} {label:>15} {'planned':>10} {'trial-epochs':>13}")
+    for phase in phases:
+        wall = "-" if phase["wall_seconds"] is None else f"{phase['wall_seconds']:.0f} s"
+        planned = phase["planned"].get(unit)
+        epochs = phase["trial_epochs"]
+        print(
+            f"{phase['name']:<22} {wall:>12} {phase['hours'][unit]:>15.3f} "
+            f"{'-' if planned is None else f'{planned:.3f}':>10} "
+            f"{'-' if epochs is None else epochs:>13}"
+        )

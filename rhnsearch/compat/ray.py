@@ -3,9 +3,9 @@ state in and how Tune reads them, the layout of its saved experiment state (each
 folder, status and newest checkpoint) and of its saved search state (the folder it makes new
 trials in), the checkpoints Tune's manager holds, the names of a trial's checkpoint folders,
 the analysis Tune builds as it restores a Tuner, a restored Tuner's searcher, scheduler and
-callbacks, `ray.init`'s private node address, its GCS client (asked whether a cluster refuses
-this client's token), Tune's default metric name, the statuses of a trial waiting to run and
-the logger of its result grid.
+callbacks, `ray.init`'s private node address and the logger of its token notice, its GCS
+client (asked whether a cluster refuses this client's token), Tune's default metric name, the
+statuses of a trial waiting to run and the logger of its result grid.
 
 Each function first checks that the installed Ray is in SUPPORTED and raises a one-line
 UserError otherwise (a saved state read wrongly would resume a sweep wrongly). A state read
@@ -235,12 +235,28 @@ def is_checkpoint(name: str) -> bool:
     return re.fullmatch(CHECKPOINT, name) is not None
 
 
+TOKEN_LOGGER = "ray._private.authentication.authentication_token_setup"
+DEFAULT_TOKEN_NOTICE = "Token authentication is enabled for this Ray cluster."
+
+
+class _NoDefaultTokenNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(DEFAULT_TOKEN_NOTICE)
+
+
 def init_on_loopback(**options):
-    """`ray.init(**options)` starting a local Ray whose processes listen on 127.0.0.1 only."""
+    """`ray.init(**options)` starting a local Ray whose processes listen on 127.0.0.1 only,
+    without Ray's notice that such a Ray has token authentication on by default (its warning
+    that authentication is off is kept)."""
     import ray
 
-    _check("ray.init's _node_ip_address")
-    ray.init(**options, _node_ip_address="127.0.0.1")
+    _check("ray.init's _node_ip_address and its token notice's logger")
+    notice = _NoDefaultTokenNotice()
+    logging.getLogger(TOKEN_LOGGER).addFilter(notice)
+    try:
+        ray.init(**options, _node_ip_address="127.0.0.1")
+    finally:
+        logging.getLogger(TOKEN_LOGGER).removeFilter(notice)
 
 
 def refuses_token(address: str) -> bool:

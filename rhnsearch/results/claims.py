@@ -11,6 +11,7 @@ WORDS = {
     "does not hold": "does not hold",
     "not resolved": "is not resolved",
     "consistent with": "is consistent with the numbers, not shown by them",
+    UNRESOLVABLE: "is not resolved",
 }
 UNCORRECTED = "uncorrected"  # each verdict at 5% on its own, not for the finding's claims together
 
@@ -51,7 +52,7 @@ def said(claim: str, row: pd.Series, name: str, measure: str) -> str:
         return f"{claim} {WORDS[verdict]}: a cell has no setting that did not diverge"
     measured = f"{value:+.3f} nats in {measure.format(k=row[f'{name}: k'])}"
     if verdict == UNRESOLVABLE:
-        return f"{claim} is not resolved: {measured}, too few settings a cell for an interval"
+        return f"{claim} {WORDS[verdict]}: {measured}, too few settings a cell for an interval"
     return (
         f"{claim} {WORDS[verdict]}: {measured}, 95% interval "
         f"{row[f'{name}: 95% interval']} ({UNCORRECTED})"

@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 from ..errors import UserError, first_line
 from ..provenance import TAGS
 from ..tracking import store
+from ..tracking.phases import Phase, phases
 from . import arch_label, claims, confirmed, importance, plots, tables
 from .export import atomic, check_out, html_table
 from .studies import Kind, kind_of
@@ -88,14 +89,9 @@ def duration(seconds: float) -> str:
 
 
 def header(exp: store.Experiment, chosen: pd.Series, trials: pd.DataFrame, parent) -> str:
-    """Experiment, sweep, study, preset, dataset, times, and trials by status."""
+    """Experiment, sweep, study, preset, dataset, times, and trials by status; a sweep of
+    several rounds (extended, confirmed) with each round's times beside the search's."""
     metrics, info = parent.data.metrics, parent.info
-    if "wall_seconds" in metrics:
-        wall = f"{duration(metrics['wall_seconds'])} (Tune's run, as the sweep measured it)"
-    elif info.end_time:
-        wall = f"{duration((info.end_time - info.start_time) / 1000)} (parent run's span)"
-    else:
-        wall = "not recorded (the sweep has not finished)"
     counts = trials["status"].value_counts()
     status = [(s, int(counts.get(s, 0))) for s in STATUSES] + [
         (s, int(n)) for s, n in counts.items() if s not in STATUSES
@@ -110,10 +106,30 @@ def header(exp: store.Experiment, chosen: pd.Series, trials: pd.DataFrame, paren
             "started",
             pd.Timestamp(info.start_time, unit="ms", tz="UTC").isoformat(timespec="seconds"),
         ),
-        ("wall time", wall),
     ]
+    rounds = phases(exp.client, info.run_id)
+    if len(rounds) > 1:  # the search and each round apart, beside what was planned
+        rows += phase_rows(rounds)
+    else:
+        rows += one_round_rows(metrics, info)
     if "train_seconds" in metrics:
         rows.append(("training time (sum over trials)", duration(metrics["train_seconds"])))
+    rows.append(trial_counts(trials, status))
+    return f"<h1>{title(exp, chosen)}</h1>\n" + facts(rows, "header-facts")
+
+
+def one_round_rows(metrics: dict, info) -> list[tuple[str, str]]:
+    """The header's rows of a sweep of one round: its wall time, trial-epochs and the
+    device-hours its trials held, beside the plan's."""
+    if "wall_seconds" in metrics:
+        wall = f"{duration(metrics['wall_seconds'])} (Tune's run, as the sweep measured it)"
+    elif info.end_time:
+        wall = f"{duration((info.end_time - info.start_time) / 1000)} (parent run's span)"
+    else:
+        wall = "not recorded (the sweep has not finished)"
+    rows = [("wall time", wall)]
+    if "trial_epochs" in metrics:
+        rows.append(("trial-epochs", f"{metrics['trial_epochs']:.0f}"))
     for unit in ("gpu_hours", "cpu_hours"):  # what the trials held, next to the plan's
         if metrics.get(unit) or f"planned_{unit}" in metrics:
             planned = metrics.get(f"planned_{unit}")
@@ -128,15 +144,46 @@ def header(exp: store.Experiment, chosen: pd.Series, trials: pd.DataFrame, paren
                     ),
                 )
             )
-    rows.append(
-        (
-            "trials",
-            f"{len(trials)}: "
-            + ", ".join(f"{n} {'stopped early' if s == 'stopped' else s}" for s, n in status),
-        )
+    return rows
+
+
+def title(exp: store.Experiment, chosen: pd.Series) -> str:
+    return f"{escape(exp.name)} · sweep {escape(chosen['sweep'])}"
+
+
+def trial_counts(trials: pd.DataFrame, status: list[tuple[str, int]]) -> tuple[str, str]:
+    return (
+        "trials",
+        f"{len(trials)}: "
+        + ", ".join(f"{n} {'stopped early' if s == 'stopped' else s}" for s, n in status),
     )
-    title = f"{escape(exp.name)} · sweep {escape(chosen['sweep'])}"
-    return f"<h1>{title}</h1>\n" + facts(rows, "header-facts")
+
+
+def phase_rows(rounds: list[Phase]) -> list[tuple[str, str]]:
+    """The header's rows of a sweep of several rounds: each round's wall time, device-hours
+    (beside the plan's, where it has one) and trial-epochs, then in all."""
+    walls = [r.wall_seconds or 0.0 for r in rounds]
+    rows = [
+        (
+            "wall time",
+            "; ".join(f"{r.name} {duration(w)}" for r, w in zip(rounds, walls))
+            + f"; in all {duration(sum(walls))}",
+        )
+    ]
+    for unit in ("gpu_hours", "cpu_hours"):
+        if not any(r.hours[unit] or unit in r.planned for r in rounds):
+            continue
+        spent = [
+            f"{r.name} {r.hours[unit]:.3f}"
+            + (f" (planned {r.planned[unit]:.3f})" if unit in r.planned else " (no plan)")
+            for r in rounds
+        ]
+        total = sum(r.hours[unit] for r in rounds)
+        rows.append((f"{unit[:3].upper()}-hours spent", "; ".join(spent) + f"; in all {total:.3f}"))
+    if all(r.trial_epochs is not None for r in rounds):
+        epochs = "; ".join(f"{r.name} {r.trial_epochs}" for r in rounds)
+        rows.append(("trial-epochs", epochs + f"; in all {sum(r.trial_epochs for r in rounds)}"))
+    return rows
 
 
 def measured_finding(chosen: pd.Series, trials: pd.DataFrame) -> pd.DataFrame | None:

@@ -64,16 +64,16 @@ def close_sweep(
             if record.space.get("keep_model") == "best":
                 keep_best_model(client, checkpoints, summary["best"], record)
             client.set_tag(parent, "best_run_id", summary["best"]["run_id"])
-        now = int(time.time() * 1000)
+        now, step = int(time.time() * 1000), len(record.rounds) - 1  # a step a round
         per_cell = [
-            Metric(f"{unit}/{cell}", value, now, 0)
+            Metric(f"{unit}/{cell}", value, now, step)
             for cell, hours in summary["spent"].items()
             for unit, value in hours.items()
         ]
         client.log_batch(
             parent,
             metrics=[
-                Metric(k, float(v), now, 0)
+                Metric(k, float(v), now, step)
                 for k, v in summary.items()
                 if isinstance(v, (int, float)) and not isinstance(v, bool)
             ]
@@ -152,7 +152,8 @@ def spent(runs: list) -> dict:
 
 def summarize(runs: list, long, name: str) -> dict:
     """Counts by status and the best trial of the sweep's MLflow RUNS, the training time in
-    their histories LONG (histories.read's rows) and the device-hours they held."""
+    their histories LONG (histories.read's rows), the device-hours they held and the epochs
+    they trained."""
     counts = {s: 0 for s in ("completed", "stopped", "diverged", "failed", "running")}
     train_seconds = float(long.loc[long["key"] == "epoch_seconds", "value"].sum())
     held = spent(runs)
@@ -180,6 +181,7 @@ def summarize(runs: list, long, name: str) -> dict:
         "train_seconds": round(train_seconds, 1),
         "cpu_hours": held["cpu_hours"],
         "gpu_hours": held["gpu_hours"],
+        "trial_epochs": sum(int(run.metrics.get("epoch", 0)) for run in runs),
         "spent": held["cells"],
         "best": best,
     }

@@ -37,6 +37,10 @@ OPTUNA_JOURNAL = "optuna_journal"
 PENDING_FILE = "mlflow_pending.jsonl"
 # tracking.Journal: the number of the last record MLflow has taken, beside PENDING_FILE.
 SENT_FILE = "mlflow_sent"
+# cli.display.Watching: what Tune and Ray print on the driver as a round runs (Tune's status
+# tables and a box a trial, the trials' forwarded output), appended to by each command that runs
+# a round without --verbose, in the sweep's local folder (`SweepPaths.local`).
+DRIVER_LOG = "driver.log"
 # slurm.submit_sweep: the Slurm job's directory in the sweep's local folder (`SweepPaths.local`),
 # holding the batch script, which every rerun of the job (a requeue) runs again...
 SLURM_DIR = "slurm"
@@ -125,6 +129,10 @@ class SweepPaths:
     def journal_mirror(self) -> str | None:
         """The copy of the waiting records in the bucket, or None for a directory storage."""
         return storage.join(self.sweep, PENDING_FILE) if storage.is_uri(self.root) else None
+
+    @property
+    def driver_log(self) -> Path:
+        return self.local / DRIVER_LOG
 
     @property
     def slurm_dir(self) -> Path:

@@ -16,6 +16,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -70,6 +71,8 @@ from .record import Confirmation, Round, SweepRecord, read_record, write_record
 from .trainable import run_trial
 
 log = logging.getLogger(__name__)
+
+OnStart = Callable[[SweepRecord], None]  # called with a sweep's record as its trials start
 
 
 def trainable(space: Space, cells: dict, function=run_trial):
@@ -146,6 +149,7 @@ def run_sweep(
     storage_path: str | None = None,
     resume: bool = False,
     plan=None,
+    on_start: OnStart | None = None,
 ) -> dict:
     """Validate, record the sweep's parent run, run the trials; returns the summary (`finish`).
 
@@ -167,6 +171,8 @@ def run_sweep(
         resume: If a sweep ``name`` exists, resume it instead (`resume_sweep`).
         plan: A plan file of ``sweep plan --json``, recorded with the sweep to hold what it
             spends against.
+        on_start: Called with the sweep's record as its trials start (where a display
+            begins to follow it: `progress.Follower`).
     """
     if resume and not name:
         raise UserError("--resume resumes the sweep --name: pass --name")
@@ -198,7 +204,7 @@ def run_sweep(
     name = name or f"{space.study}-{preset or 'base'}-{datetime.now():%Y%m%d-%H%M%S}"
     paths = SweepPaths(root, name)
     if resume and storage.exists(paths.state):
-        return resume_sweep(name, address=address, storage_path=storage_path)
+        return resume_sweep(name, address=address, storage_path=storage_path, on_start=on_start)
     if storage.exists(paths.state):
         raise UserError(
             f"sweep {name} already exists in {paths.sweep}: resume it with "
@@ -243,7 +249,7 @@ def run_sweep(
     )
     write_record(record)
     log_sweep_params(client, record, space)
-    return finish(build_tuner(space, record), record)
+    return finish(build_tuner(space, record), record, on_start)
 
 
 def log_sweep_params(client: MlflowClient, record: SweepRecord, space: Space):
@@ -357,7 +363,13 @@ def read_moved_modules():
         sys.modules.setdefault(old, importlib.import_module(new))
 
 
-def resume_sweep(name: str, *, address: str | None = None, storage_path: str | None = None) -> dict:
+def resume_sweep(
+    name: str,
+    *,
+    address: str | None = None,
+    storage_path: str | None = None,
+    on_start: OnStart | None = None,
+) -> dict:
     """Continue an interrupted sweep: finished trials are kept, unfinished ones resume from
     their last checkpoint, the same MLflow parent run is reused. A sweep stopped before Tune
     saved its state starts its trials again, under the same parent run. Returns the summary
@@ -368,6 +380,8 @@ def resume_sweep(name: str, *, address: str | None = None, storage_path: str | N
         address: The Ray cluster's address; None: a local Ray.
         storage_path: The storage root the sweep ran in; None: ``$RHNSEARCH_STORAGE``, else
             results/sweeps.
+        on_start: Called with the sweep's record as its trials start (where a display
+            begins to follow it: `progress.Follower`).
     """
     record = load_record(name, storage_path, address)
     round_dir = record.paths.round_dirs[-1]
@@ -376,7 +390,7 @@ def resume_sweep(name: str, *, address: str | None = None, storage_path: str | N
     space = Space.model_validate(record.space)
     if not tune.Tuner.can_restore(path, storage_filesystem=filesystem):
         start_ray(address, space.cell_modules)
-        return finish(build_tuner(space, record), record)
+        return finish(build_tuner(space, record), record, on_start)
     read_moved_modules()
     state = check_saved_state(round_dir)
     storage.remove_leftovers(round_dir)
@@ -387,7 +401,7 @@ def resume_sweep(name: str, *, address: str | None = None, storage_path: str | N
     del state  # tens of MB at thousands of trials: not held through the sweep
     mark_resumed(record)
     # the Tuner passed, not kept: finish lets it go before the close
-    return finish(restored_round(path, filesystem, space, record), record)
+    return finish(restored_round(path, filesystem, space, record), record, on_start)
 
 
 def restored_round(path: str, filesystem, space: Space, record: SweepRecord) -> tune.Tuner:
@@ -442,6 +456,7 @@ def extend_sweep(
     seeds: int | None = None,
     address: str | None = None,
     storage_path: str | None = None,
+    on_start: OnStart | None = None,
 ) -> dict:
     """Add settings or seeds to every cell of a finished sweep, as a new round under the same
     parent run: the random stream or the cells' Optuna studies go on where they stopped, the
@@ -456,6 +471,8 @@ def extend_sweep(
         address: The Ray cluster's address; None: a local Ray.
         storage_path: The storage root the sweep ran in; None: ``$RHNSEARCH_STORAGE``, else
             results/sweeps.
+        on_start: Called with the sweep's record as its trials start (where a display
+            begins to follow it: `progress.Follower`).
     """
     record = load_record(name, storage_path, address)
     space = Space.model_validate(record.space)
@@ -490,7 +507,7 @@ def extend_sweep(
         f"setting ({datetime.now().isoformat(timespec='seconds')})",
     )
     client.log_dict(parent, record.space, "space.json")
-    return finish(build_tuner(extended, record), record)
+    return finish(build_tuner(extended, record), record, on_start)
 
 
 def confirm_sweep(
@@ -501,6 +518,7 @@ def confirm_sweep(
     address: str | None = None,
     storage_path: str | None = None,
     resume: bool = False,
+    on_start: OnStart | None = None,
 ) -> dict:
     """Train the TOP best settings of every cell of a finished sweep again, each with SEEDS
     seeds the sweep has not used, for the space's full epochs and without early stopping, as a
@@ -518,9 +536,11 @@ def confirm_sweep(
             results/sweeps.
         resume: Where the sweep's last round is a confirmation round that has not finished,
             resume it instead (one command for a job that may run again: a requeued Slurm job).
+        on_start: Called with the sweep's record as its trials start (where a display
+            begins to follow it: `progress.Follower`).
     """
     if resume and unfinished_confirmation(load_record(name, storage_path, address)):
-        return resume_sweep(name, address=address, storage_path=storage_path)
+        return resume_sweep(name, address=address, storage_path=storage_path, on_start=on_start)
     record, client, confirm = chosen_confirmation(
         name, top=top, seeds=seeds, address=address, storage_path=storage_path
     )
@@ -535,7 +555,7 @@ def confirm_sweep(
         f"the {top} best setting(s) a cell with seeds {', '.join(map(str, confirm.seeds))}, "
         f"{confirm.epochs} epochs ({datetime.now().isoformat(timespec='seconds')})",
     )
-    return finish(build_tuner(space, record), record)
+    return finish(build_tuner(space, record), record, on_start)
 
 
 def unfinished_confirmation(record: SweepRecord) -> bool:
@@ -575,7 +595,7 @@ def chosen_confirmation(
     return record, client, confirm
 
 
-def finish(tuner, record: SweepRecord) -> dict:
+def finish(tuner, record: SweepRecord, on_start: OnStart | None = None) -> dict:
     """Run the Tuner, wait until MLflow has every record, then close the sweep (`close_sweep`);
     returns its summary, read back from MLflow. The Tuner is let go before the close (pass it
     without keeping it): it holds every trial Tune ran, which the close does not need and
@@ -583,6 +603,8 @@ def finish(tuner, record: SweepRecord) -> dict:
     wait = drain_seconds()
     start = time.monotonic()
     ray_compat.quiet_result_grid()  # Tune's file loggers are off (start_ray)
+    if on_start:
+        on_start(record)
     results = tuner.fit()
     checkpoints = {r.metrics["trial_id"]: r.checkpoint for r in results if r.metrics}
     del tuner, results

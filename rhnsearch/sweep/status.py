@@ -1,9 +1,13 @@
 """Where a sweep stands, read from its storage and MLflow: its trials by status and, per cell
-and in all, the device-hours its trials held beside those its plan expected."""
+and in all, the device-hours its trials held beside those its plan expected, and each of its
+rounds that has closed apart (`tracking.phases`)."""
+
+from dataclasses import asdict
 
 from mlflow.tracking import MlflowClient
 
 from ..search.plan import planned_hours
+from ..tracking.phases import phases
 from ..tracking.uris import existing_store
 from .close import HOURS, child_runs, spent
 from .layout import sweep_storage
@@ -12,10 +16,12 @@ from .record import read_record
 
 def sweep_status(name: str, storage_path: str | None = None) -> dict:
     """{"name", "trials", "statuses": {status: count}, "unit", "cells": [{cell, trials,
-    ended, spent, planned}], "spent", "planned"}: hours in the plan's unit (GPU-hours for a
-    sweep of GPU trials), planned None where the sweep was run without --plan."""
+    ended, spent, planned}], "spent", "planned", "phases": [{name, wall_seconds, hours,
+    trial_epochs, planned}]}: hours in the plan's unit (GPU-hours for a sweep of GPU trials),
+    planned None where the sweep was run without --plan; phases, the rounds that closed."""
     record = read_record(sweep_storage(storage_path, None), name)
-    runs = child_runs(MlflowClient(existing_store(record.tracking_uri)), record.parent_run)
+    client = MlflowClient(existing_store(record.tracking_uri))
+    runs = child_runs(client, record.parent_run)
     statuses = {}
     for run in runs:
         status = run.tags.get("status", "running")
@@ -46,4 +52,5 @@ def sweep_status(name: str, storage_path: str | None = None) -> dict:
         "cells": cells,
         "spent": sum(c["spent"] for c in cells),
         "planned": plan["total"] if plan else None,
+        "phases": [asdict(phase) for phase in phases(client, record.parent_run_id)],
     }
