@@ -1132,6 +1132,45 @@ def test_results_dir_not_writable_is_one_line_before_the_sweep(
     assert sorted(tmp_path.rglob("*")) == before
 
 
+def test_a_sweep_on_read_only_storage_is_refused_before_ray_and_left_as_it_was(jsb_smoke):
+    """The finished smoke sweep, its folder then mounted read-only (a disk remounted, a
+    lab's archive): `sweep resume`, `extend` and `confirm` each refuse in one line, exit 2,
+    before Ray starts, and leave the folder and the MLflow store as they were (no state
+    half-written, no parent run set running again)."""
+    import hashlib
+
+    import ray
+
+    folder = jsb_smoke.cwd / "results" / "sweeps" / jsb_smoke.name
+    store = jsb_smoke.cwd / "results" / "mlflow.db"
+
+    def files():
+        return sorted((p, p.stat().st_mtime_ns, p.stat().st_size) for p in folder.rglob("*"))
+
+    bound = subprocess.run(["mount", "--bind", str(folder), str(folder)], capture_output=True)
+    if bound.returncode != 0:
+        pytest.skip(f"cannot bind-mount here: {bound.stderr.decode().strip()}")
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(folder)], check=True)
+        before, stored = files(), hashlib.sha256(store.read_bytes()).hexdigest()
+        for command, *args in (
+            ("resume",),
+            ("extend", "--samples", "4"),
+            ("confirm", "--top", "1", "--seeds", "2"),
+        ):
+            proc = rhnsearch_main(
+                "sweep", command, jsb_smoke.name, *args, cwd=jsb_smoke.cwd, check=False
+            )
+            assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+            assert f"sweep {jsb_smoke.name}: its folder {folder} cannot be written" in proc.stderr
+            assert f"`sweep {command}` writes its state" in proc.stderr
+            assert not ray.is_initialized()
+        assert files() == before
+        assert hashlib.sha256(store.read_bytes()).hexdigest() == stored
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
 # -- a trial ended again by a resumed sweep ------------------------------------------------
 def test_a_journal_the_sender_never_catches_up_with_keeps_only_its_unsent_records(
     tmp_path, monkeypatch

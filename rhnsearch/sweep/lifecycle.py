@@ -101,23 +101,51 @@ def build_scheduler(space: Space, name: str, state_file: str):
     )
 
 
+def probe_write(directory: Path):
+    """Raise OSError unless a file can be written where DIRECTORY is (or would be made): one
+    is written, synced and removed."""
+    existing = next(p for p in (directory, *directory.parents) if p.exists())
+    if not existing.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(existing))
+    with tempfile.TemporaryFile(dir=existing) as probe:  # removed when closed
+        probe.write(bytes(65536))
+        probe.flush()
+        os.fsync(probe.fileno())
+
+
 def check_writable(directory: Path):
     """Fail in one line unless a file can be written where `directory` is (or would be
     made): a read-only or full disk must stop a sweep before it starts, not days later."""
-    existing = next(p for p in (directory, *directory.parents) if p.exists())
     try:
-        if not existing.is_dir():
-            raise NotADirectoryError(errno.ENOTDIR, "not a directory")
-        with tempfile.TemporaryFile(dir=existing) as probe:  # removed when closed
-            probe.write(bytes(65536))
-            probe.flush()
-            os.fsync(probe.fileno())
+        probe_write(directory)
     except OSError as exc:
+        existing = next(p for p in (directory, *directory.parents) if p.exists())
         raise UserError(
             f"results directory {directory.parent} is not writable ({existing}: "
             f"{exc.strerror or exc}): free some space, make it writable, or run "
             "from a directory you can write (results/ is made in the current "
             "directory)"
+        ) from None
+
+
+def check_sweep_writable(record: SweepRecord, command: str):
+    """Fail in one line unless the sweep's folder takes a write (a probe file or object,
+    removed), and beside a bucket its folder on this disk too (`SweepPaths.local`): `sweep
+    COMMAND` writes its state, checkpoints and journal there. Called before Ray starts and
+    before anything is written to the storage or to MLflow, so that a read-only mount or
+    bucket refuses the command and leaves the sweep as it was."""
+    folder = record.paths.sweep
+    try:
+        if storage.is_uri(folder):
+            storage.check_reachable(folder)
+            probe_write(record.paths.local)
+        else:
+            probe_write(Path(folder))
+    except (OSError, ValueError) as exc:  # pyarrow's errors are OSError, a bad URI ValueError
+        raise UserError(
+            f"sweep {record.name}: its folder {folder} cannot be written "
+            f"({first_line(exc)}): `sweep {command}` writes its state and checkpoints there; "
+            "make it writable, or copy the sweep to storage that is and pass --storage-path"
         ) from None
 
 
@@ -384,6 +412,7 @@ def resume_sweep(
             begins to follow it: `progress.Follower`).
     """
     record = load_record(name, storage_path, address)
+    check_sweep_writable(record, "resume")
     round_dir = record.paths.round_dirs[-1]
     check_store(record.tracking_uri)
     filesystem, path = storage.split(round_dir)
@@ -494,6 +523,7 @@ def extend_sweep(
             + "; extend it with --samples instead"
         )
     client, parent = finished_parent(record, "extend")
+    check_sweep_writable(record, "extend")
     extended = Space.model_validate({**record.space, "samples": samples, "seeds": seeds})
     start_ray(address, extended.cell_modules)
     added = extended.num_trials - space.num_trials  # the trials before: those of any confirm too
@@ -582,6 +612,7 @@ def chosen_confirmation(
     record = load_record(name, storage_path, address)
     space = Space.model_validate(record.space)
     client, _ = finished_parent(record, "confirm")
+    check_sweep_writable(record, "confirm")
     experiment = client.get_experiment(record.experiment_id).name
     exp = store.Experiment(experiment, record.experiment_id, record.tracking_uri, client)
     confirm = confirmation(
