@@ -321,18 +321,24 @@ def cmd_status(args):
 
 
 def print_phases(phases: list[dict], unit: str):
-    """Each round of the sweep that has closed: its wall time, device-hours (beside the plan's)
-    and trial-epochs."""
+    """Each round of the sweep that has closed: its wall time, device-hours and trial-epochs,
+    each beside the plan's where the sweep has one."""
     if not phases:
         return
     label = unit.replace("_hours", "").upper() + "-hours"
-    print(f"{'round':<22} {'wall':>12} {label:>15} {'planned':>10} {'trial-epochs':>13}")
+
+    def beside(value, planned, digits: int) -> str:
+        shown = "-" if value is None else f"{value:.{digits}f}"
+        return shown + ("" if planned is None else f" / {planned:.{digits}f}")
+
+    print(
+        f"{'round':<22} {'wall':>10} {label + ' (/ planned)':>24} {'trial-epochs (/ planned)':>26}"
+    )
     for phase in phases:
         wall = "-" if phase["wall_seconds"] is None else f"{phase['wall_seconds']:.0f} s"
-        planned = phase["planned"].get(unit)
-        epochs = phase["trial_epochs"]
+        planned = phase["planned"]
         print(
-            f"{phase['name']:<22} {wall:>12} {phase['hours'][unit]:>15.3f} "
-            f"{'-' if planned is None else f'{planned:.3f}':>10} "
-            f"{'-' if epochs is None else epochs:>13}"
+            f"{phase['name']:<22} {wall:>10} "
+            f"{beside(phase['hours'][unit], planned.get(unit), 3):>24} "
+            f"{beside(phase['trial_epochs'], planned.get('trial_epochs'), 0):>26}"
         )

@@ -129,7 +129,14 @@ def one_round_rows(metrics: dict, info) -> list[tuple[str, str]]:
         wall = "not recorded (the sweep has not finished)"
     rows = [("wall time", wall)]
     if "trial_epochs" in metrics:
-        rows.append(("trial-epochs", f"{metrics['trial_epochs']:.0f}"))
+        planned = metrics.get("planned_search_trial_epochs")
+        rows.append(
+            (
+                "trial-epochs",
+                f"{metrics['trial_epochs']:.0f}"
+                + ("" if planned is None else f" (planned {planned:.0f})"),
+            )
+        )
     for unit in ("gpu_hours", "cpu_hours"):  # what the trials held, next to the plan's
         if metrics.get(unit) or f"planned_{unit}" in metrics:
             planned = metrics.get(f"planned_{unit}")
@@ -181,7 +188,11 @@ def phase_rows(rounds: list[Phase]) -> list[tuple[str, str]]:
         total = sum(r.hours[unit] for r in rounds)
         rows.append((f"{unit[:3].upper()}-hours spent", "; ".join(spent) + f"; in all {total:.3f}"))
     if all(r.trial_epochs is not None for r in rounds):
-        epochs = "; ".join(f"{r.name} {r.trial_epochs}" for r in rounds)
+        epochs = "; ".join(
+            f"{r.name} {r.trial_epochs}"
+            + (f" (planned {r.planned['trial_epochs']:.0f})" if "trial_epochs" in r.planned else "")
+            for r in rounds
+        )
         rows.append(("trial-epochs", epochs + f"; in all {sum(r.trial_epochs for r in rounds)}"))
     return rows
 

@@ -261,3 +261,19 @@ def planned_hours(plan: dict) -> dict:
     "cpu_hours", "cells": {label: hours}, "total": hours}."""
     cells = {row["cell"]: row["seconds"] * plan["per_trial"] / 3600 for row in plan["cells"]}
     return {"unit": f"{plan['unit'].lower()}_hours", "cells": cells, "total": sum(cells.values())}
+
+
+def planned_rounds(plan: dict) -> dict:
+    """A plan's device-hours and trial-epochs of the search and, where it was made with
+    --confirm, of the confirmation round: {"search": {UNIT, "trial_epochs"}, "confirm": ...}
+    (its cells' rows hold the epochs of each and one epoch's seconds)."""
+    unit, per_hour = f"{plan['unit'].lower()}_hours", plan["per_trial"] / 3600
+    rounds = {}
+    for name, epochs in (("search", "expected_epochs"), ("confirm", "confirm_epochs")):
+        trial_epochs = sum(row.get(epochs, 0) for row in plan["cells"])
+        if trial_epochs:
+            rounds[name] = {
+                unit: sum(r["epoch_seconds"] * r.get(epochs, 0) for r in plan["cells"]) * per_hour,
+                "trial_epochs": trial_epochs,
+            }
+    return rounds

@@ -33,7 +33,7 @@ from ..data import data_dir as default_data_dir
 from ..data import load_dataset
 from ..errors import UserError, first_line
 from ..provenance import provenance_tags
-from ..search.plan import load_plan, planned_hours
+from ..search.plan import load_plan, planned_hours, planned_rounds
 from ..search.scheduler import CellASHAScheduler, LiveFIFOScheduler
 from ..search.searchers import (
     METRIC,
@@ -306,6 +306,11 @@ def log_sweep_params(client: MlflowClient, record: SweepRecord, space: Space):
             run_id,
             metrics=[
                 Metric(f"planned_{hours['unit']}", hours["total"], now, 0),
+                *(  # the search's and a confirmation round's apart (`tracking.phases`)
+                    Metric(f"planned_{phase}_{key}", value, now, 0)
+                    for phase, planned in planned_rounds(record.plan).items()
+                    for key, value in planned.items()
+                ),
                 *(
                     Metric(f"planned_{hours['unit']}/{cell}", value, now, 0)
                     for cell, value in hours["cells"].items()

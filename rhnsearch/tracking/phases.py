@@ -20,7 +20,7 @@ class Phase:
     wall_seconds: float | None  # the round's own, from its trials' start to its close
     hours: dict[str, float]  # cpu_hours, gpu_hours its trials held
     trial_epochs: int | None  # the epochs its trials trained; None where not logged
-    planned: dict[str, float]  # the plan's hours (the search's, where run with --plan)
+    planned: dict[str, float]  # the plan's cpu_hours, gpu_hours, trial_epochs (--plan)
 
 
 def phase_name(index: int, tags: dict) -> str:
@@ -48,24 +48,40 @@ def own(values: list[float], index: int) -> float | None:
     return values[index] - (values[index - 1] if index else 0.0)
 
 
+def planned(metrics: dict, phase: str | None) -> dict[str, float]:
+    """What the sweep's plan (`sweep run --plan`, logged as planned_search_* and
+    planned_confirm_*) expected of its PHASE ("search"; "confirm", the first confirmation round,
+    where the plan was made with --confirm; None: nothing). A plan logged before it was split:
+    its hours, the search's."""
+    if phase is None:
+        return {}
+    found = {
+        key: metrics[f"planned_{phase}_{key}"]
+        for key in (*HOURS, "trial_epochs")
+        if f"planned_{phase}_{key}" in metrics
+    }
+    if not found and phase == "search":
+        found = {unit: metrics[f"planned_{unit}"] for unit in HOURS if f"planned_{unit}" in metrics}
+    return found
+
+
 def phases(client: MlflowClient, run_id: str) -> list[Phase]:
     """The phases of the sweep whose parent run is RUN_ID that have closed, the search first."""
     run = client.get_run(run_id)
     totals = {key: closes(client, run_id, key) for key in CUMULATIVE}
-    found = []
+    found, confirmed = [], False
     for index, wall in enumerate(closes(client, run_id, "wall_seconds")):
-        epochs = own(totals["trial_epochs"], index)
+        epochs, name = own(totals["trial_epochs"], index), phase_name(index, run.data.tags)
+        first_confirmation = name.startswith("confirmation") and not confirmed
+        confirmed = confirmed or first_confirmation
+        phase = "search" if index == 0 else "confirm" if first_confirmation else None
         found.append(
             Phase(
-                phase_name(index, run.data.tags),
+                name,
                 wall,
                 {unit: own(totals[unit], index) or 0.0 for unit in HOURS},
                 None if epochs is None else round(epochs),
-                {
-                    unit: run.data.metrics[f"planned_{unit}"]
-                    for unit in HOURS
-                    if index == 0 and f"planned_{unit}" in run.data.metrics
-                },
+                planned(run.data.metrics, phase),
             )
         )
     return found
