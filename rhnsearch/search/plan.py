@@ -269,6 +269,8 @@ def planned_rounds(plan: dict) -> dict:
     (its cells' rows hold the epochs of each and one epoch's seconds)."""
     unit, per_hour = f"{plan['unit'].lower()}_hours", plan["per_trial"] / 3600
     rounds = {}
+    if not all("epoch_seconds" in row for row in plan["cells"]):
+        return rounds  # a plan that does not say: its total alone (`planned_hours`)
     for name, epochs in (("search", "expected_epochs"), ("confirm", "confirm_epochs")):
         trial_epochs = sum(row.get(epochs, 0) for row in plan["cells"])
         if trial_epochs:
