@@ -64,6 +64,14 @@ def test_a_sweep_on_a_bucket_keeps_everything_there_in_few_requests(s3_server, t
     assert not [k for k in keys if re.search(r"result\.json|progress\.csv|events\.out", k)]
     local = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert not [p for p in local if "checkpoint" in str(p) or "run_trial" in str(p)], local
+    # followed from the bucket and the store (no Ray): a line a trial, then its status
+    watched = rhnsearch_main(
+        *("sweep", "status", "on-s3", "--watch", "--storage-path", s3_server.uri(bucket)),
+        cwd=tmp_path,
+    )
+    numbers = [line.split("]")[0] for line in watched.stderr.splitlines() if line[:1] == "["]
+    assert numbers == [f"[{k}/8" for k in range(1, 9)], watched.stderr
+    assert "sweep on-s3: 8 trials (" in watched.stdout
 
 
 @pytest.mark.parametrize("case", ["unreachable", "no bucket", "bad option"])
