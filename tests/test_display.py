@@ -144,6 +144,17 @@ def test_follow_reads_until_the_sweep_ends_and_survives_a_failed_read():
     assert not worker.is_alive() and out.getvalue().count("\n") == 3
 
 
+def test_verbose_output_goes_to_stdout_and_to_the_log():
+    """With --verbose, what Tune prints reaches the terminal and driver.log alike."""
+    from rhnsearch.cli.display import Tee
+
+    shown, kept = io.StringIO(), io.StringIO()
+    tee = Tee(shown, kept)
+    print("Trial status: 2 RUNNING", file=tee)
+    tee.flush()
+    assert shown.getvalue() == kept.getvalue() == "Trial status: 2 RUNNING\n"
+
+
 def in_a_terminal(args, cwd, timeout=300) -> tuple[int, str]:
     """Run the rhnsearch command line in a pseudo-terminal; its exit code and all it wrote."""
     main, child = pty.openpty()

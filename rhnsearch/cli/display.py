@@ -3,6 +3,7 @@
 planned by status, the running ones with their epoch, the time elapsed and left, each cell's
 best so far; elsewhere (CI, a Slurm output file, a pipe) one plain line per trial that ends."""
 
+import io
 import logging
 import sys
 import threading
@@ -151,25 +152,43 @@ def watch(name: str, storage_path: str | None):
         follow(follower.read, display, threading.Event())
 
 
+class Tee(io.TextIOBase):
+    """Text written to both STREAMS (stdout as it was, and driver.log)."""
+
+    def __init__(self, *streams: TextIO):
+        self.streams = streams
+
+    def write(self, text: str) -> int:
+        for stream in self.streams:
+            stream.write(text)
+        return len(text)
+
+    def flush(self):
+        for stream in self.streams:
+            stream.flush()
+
+
 class Watching:
     """The display of the sweep a command runs, from `begin` (the sweep calls it as its trials
     start) to `stop`, in a thread of its own; meanwhile what Tune and Ray print on stdout (its
-    status tables, a box a trial) goes to the sweep's driver.log, unless VERBOSE."""
+    status tables, a box a trial) goes to the sweep's driver.log, and with VERBOSE to stdout
+    too."""
 
     def __init__(self, *, verbose: bool = False):
         self.verbose = verbose
         self.start = time.time()
         self.done = threading.Event()
         self.thread: threading.Thread | None = None
-        self.stdout: TextIO | None = None  # the stdout driver.log stands in for
+        self.stdout: TextIO | None = None  # stdout as it was, while driver.log takes it
+        self.log: TextIO | None = None
 
     def begin(self, record: SweepRecord):
         follower = Follower(record.name, record.storage, start=self.start)
-        if not self.verbose:
-            path = record.paths.driver_log
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self.stdout, sys.stdout = sys.stdout, path.open("a", encoding="utf-8")
-            log.info("Tune's output goes to %s", path)
+        path = record.paths.driver_log
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.log = path.open("a", encoding="utf-8")
+        self.stdout = sys.stdout
+        sys.stdout = Tee(self.stdout, self.log) if self.verbose else self.log
 
         def shown():
             with Display(console()) as display:
@@ -184,5 +203,5 @@ class Watching:
         if self.thread:
             self.thread.join(timeout=60)
         if self.stdout is not None:
-            sys.stdout.close()
             sys.stdout, self.stdout = self.stdout, None
+            self.log.close()

@@ -61,8 +61,8 @@ def add_verbose(p):
     p.add_argument(
         "--verbose",
         action="store_true",
-        help="also print Tune's status tables and a box a trial (by default: one live "
-        "display on a terminal, else a line a trial)",
+        help="also print Tune's status tables and a box a trial, which always go to the "
+        "sweep's driver.log (by default: one live display on a terminal, else a line a trial)",
     )
 
 

@@ -39,7 +39,7 @@ PENDING_FILE = "mlflow_pending.jsonl"
 SENT_FILE = "mlflow_sent"
 # cli.display.Watching: what Tune and Ray print on the driver as a round runs (Tune's status
 # tables and a box a trial, the trials' forwarded output), appended to by each command that runs
-# a round without --verbose, in the sweep's local folder (`SweepPaths.local`).
+# a round, in the sweep's local folder (`SweepPaths.local`).
 DRIVER_LOG = "driver.log"
 # slurm.submit_sweep: the Slurm job's directory in the sweep's local folder (`SweepPaths.local`),
 # holding the batch script, which every rerun of the job (a requeue) runs again...
