@@ -6,7 +6,7 @@ The JSB study's `cpu` preset (12 cells: 3 archs x 4 depths, ASHA within each cel
 epochs 2, 6 and 18) with --trials / 12 settings a cell (rounded down) and --epochs epochs at
 most, run by `lifecycle.run_sweep` in a fresh process on a local Ray of --slots logical CPUs
 (one a trial, no GPU), its trials the simulated trainable below instead of `run_trial`: the
-benchmark puts it in the sweep's trainable (`lifecycle.trainable`), and marks the phases where
+benchmark puts it in the sweep's trainable (`tuner.trainable`), and marks the phases where
 run_sweep builds the Tuner (resume_sweep restores it) and closes the sweep. A simulated trial
 follows the real reporting protocol (`sweep/trainable.py`, `train.epoch_reports`): each epoch
 it sleeps --epoch-ms, reports the metrics a real JSB trial reports (placement and held seconds
@@ -289,6 +289,7 @@ def drive(args) -> dict:
 
     from rhnsearch.cluster.malloc import limit_malloc_arenas
     from rhnsearch.sweep import lifecycle
+    from rhnsearch.sweep import tuner as sweep_tuner
 
     trials = args.trials[0]
     limit_malloc_arenas()  # as start_ray does, before Ray's threads
@@ -323,7 +324,7 @@ def drive(args) -> dict:
             )
 
     real_build_tuner, real_close_sweep = lifecycle.build_tuner, lifecycle.close_sweep
-    real_trainable, real_fit = lifecycle.trainable, tune.Tuner.fit
+    real_trainable, real_fit = sweep_tuner.trainable, tune.Tuner.fit
 
     def fit(tuner):  # counts the last epoch of each trial as `fit` returns; holds nothing of
         results = real_fit(tuner)  # the Tuner, which the sweep lets go before its close
@@ -346,7 +347,7 @@ def drive(args) -> dict:
         return real_close_sweep(*args, **options)
 
     lifecycle.build_tuner, lifecycle.close_sweep = build_tuner, close_sweep
-    lifecycle.trainable, tune.Tuner.fit = trainable, fit
+    sweep_tuner.trainable, tune.Tuner.fit = trainable, fit
     mark("setup")
     try:
         if args.plain_tune:

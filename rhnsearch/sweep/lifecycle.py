@@ -5,16 +5,12 @@ is extended, or its best settings confirmed with new seeds, by name.
 A sweep is its record (record.SweepRecord), saved in its folder of the storage, `STORAGE/NAME`
 (results/sweeps by default, a shared directory or a bucket URI on a cluster), beside Tune's
 experiment of each round and the searcher's and scheduler's state: layout.py names every file
-and docs/architecture.md draws a sweep's life over them.
+and docs/architecture.md draws a sweep's life over them. The checks before Ray starts are in
+checks.py, the Tuner of each round is built or restored in tuner.py.
 """
 
-import errno
 import gc
-import importlib
 import logging
-import os
-import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -27,139 +23,33 @@ from mlflow.tracking import MlflowClient
 from ray import tune
 
 from ..cluster import storage
-from ..cluster.connect import check_address, check_gpus, start_ray, trial_slots
+from ..cluster.connect import check_gpus, start_ray
 from ..compat import ray as ray_compat
-from ..data import data_dir as default_data_dir
-from ..data import load_dataset
 from ..errors import UserError, first_line
 from ..provenance import provenance_tags
-from ..search.plan import load_plan, planned_hours, planned_rounds
-from ..search.scheduler import CellASHAScheduler, LiveFIFOScheduler
-from ..search.searchers import (
-    METRIC,
-    MODE,
-    CellStudies,
-    ConfirmSearcher,
-    build_searcher,
-    round_slots,
-)
-from ..search.space import Space, load_space
-from ..search.trial import tune_constants
+from ..search.plan import planned_hours, planned_rounds
+from ..search.space import Space
 from ..tracking import store
-from ..tracking.callback import MLflowTracker
 from ..tracking.datasets import dataset_input
 from ..tracking.sender import drain_seconds, sender_for
-from ..tracking.uris import (
-    check_store,
-    get_experiment,
-    open_store,
-    resolve_tracking_uri,
-    sqlite_path,
-)
+from ..tracking.uris import check_store, get_experiment, open_store
 from .checkpoints import (
-    KeepNewestCheckpoint,
     align_search_states,
     check_saved_state,
     move_search_state,
     repair_checkpoint_names,
 )
+from .checks import check_sweep_writable, checked_sweep
 from .close import close_sweep
 from .confirm import confirmation
-from .ended_trials import ForgetEndedTrialsMetrics
-from .layout import LOCAL_SWEEPS, SweepPaths, round_name, sweep_storage
-from .record import Confirmation, Round, SweepRecord, read_record, write_record
-from .trainable import run_trial
+from .layout import sweep_storage
+from .record import Confirmation, SweepRecord, read_record, write_record
+from .tuner import build_scheduler as build_scheduler  # imported from here by tests/
+from .tuner import build_tuner, read_moved_modules, restored_round
 
 log = logging.getLogger(__name__)
 
 OnStart = Callable[[SweepRecord], None]  # called with a sweep's record as its trials start
-
-
-def trainable(space: Space, cells: dict, function=run_trial):
-    """FUNCTION (`run_trial`) with the sweep's cells and the resources the space asks for
-    each trial."""
-    return tune.with_resources(
-        tune.with_parameters(function, cells=cells),
-        {"cpu": space.resources.cpu, "gpu": space.resources.gpu},
-    )
-
-
-def build_scheduler(space: Space, name: str, state_file: str):
-    """fifo, or ASHA within each cell (cell_asha) or across all trials (asha) keeping its
-    rungs and decisions in `state_file`, where the restored scheduler of `sweep resume`
-    finds them."""
-    if name == "fifo":
-        return LiveFIFOScheduler()
-    s = space.scheduler
-    return CellASHAScheduler(
-        max_t=space.epochs,
-        grace_period=s.grace_period,
-        reduction_factor=s.reduction_factor,
-        per_cell=name == "cell_asha",
-        state_file=state_file,
-        time_attr="epoch",
-    )
-
-
-def probe_write(directory: Path):
-    """Raise OSError unless a file can be written where DIRECTORY is (or would be made): one
-    is written, synced and removed."""
-    existing = next(p for p in (directory, *directory.parents) if p.exists())
-    if not existing.is_dir():
-        raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(existing))
-    with tempfile.TemporaryFile(dir=existing) as probe:  # removed when closed
-        probe.write(bytes(65536))
-        probe.flush()
-        os.fsync(probe.fileno())
-
-
-def check_writable(directory: Path):
-    """Fail in one line unless a file can be written where `directory` is (or would be
-    made): a read-only or full disk must stop a sweep before it starts, not days later."""
-    try:
-        probe_write(directory)
-    except OSError as exc:
-        existing = next(p for p in (directory, *directory.parents) if p.exists())
-        raise UserError(
-            f"results directory {directory.parent} is not writable ({existing}: "
-            f"{exc.strerror or exc}): free some space, make it writable, or run "
-            "from a directory you can write (results/ is made in the current "
-            "directory)"
-        ) from None
-
-
-def check_sweep_writable(record: SweepRecord, command: str):
-    """Fail in one line unless the sweep's folder takes a write (a probe file or object,
-    removed), and beside a bucket its folder on this disk too (`SweepPaths.local`): `sweep
-    COMMAND` writes its state, checkpoints and journal there. Called before Ray starts and
-    before anything is written to the storage or to MLflow, so that a read-only mount or
-    bucket refuses the command and leaves the sweep as it was."""
-    folder = record.paths.sweep
-    try:
-        if storage.is_uri(folder):
-            storage.check_reachable(folder)
-            probe_write(record.paths.local)
-        else:
-            probe_write(Path(folder))
-    except (OSError, ValueError) as exc:  # pyarrow's errors are OSError, a bad URI ValueError
-        raise UserError(
-            f"sweep {record.name}: its folder {folder} cannot be written "
-            f"({first_line(exc)}): `sweep {command}` writes its state and checkpoints there; "
-            "make it writable, or copy the sweep to storage that is and pass --storage-path"
-        ) from None
-
-
-def check_storage(root: str):
-    """Fail in one line unless the storage answers and takes a write (a bucket that is
-    unreachable, missing or not ours), before Ray starts."""
-    try:
-        storage.check_reachable(root)
-    except (OSError, ValueError) as exc:  # pyarrow's errors are OSError, a bad URI ValueError
-        raise UserError(
-            f"storage {root} cannot be used ({first_line(exc)}): check the bucket, "
-            "its endpoint (AWS_ENDPOINT_URL) and credentials (AWS_ACCESS_KEY_ID, "
-            "AWS_SECRET_ACCESS_KEY)"
-        ) from None
 
 
 def run_sweep(
@@ -204,33 +94,20 @@ def run_sweep(
     """
     if resume and not name:
         raise UserError("--resume resumes the sweep --name: pass --name")
-    space = load_space(space_path, preset=preset, overrides=overrides)
-    # Absolute paths first: in a Ray Job, joining the cluster may replace the working dir.
-    space_path = Path(space_path).resolve()
-    if address:
-        check_address(address)
-    else:
-        check_gpus(space.resources.gpu, local=True)
-    root = sweep_storage(storage_path, address)
-    check_writable(LOCAL_SWEEPS.resolve() if storage.is_uri(root) else Path(root))
-    check_storage(root)
-    search = search or space.search
-    if search != "random" and space.seeds > 1:
-        raise UserError(
-            f"seeds ({space.seeds}) repeats each setting of a random search: drop "
-            "--search optuna, or run with seeds 1"
-        )
-    scheduler = scheduler or space.scheduler.name
-    data_root = default_data_dir(data_dir).resolve()
-    # fetched on first use, before Ray starts
-    data = load_dataset(space.dataset, data_dir=data_root)
-    uri = resolve_tracking_uri(tracking_uri)
-    if not sqlite_path(uri):
-        check_store(uri)  # a server that does not answer fails before Ray starts
-    cells = space.cells_for(data)
-    planned = load_plan(plan, cells) if plan else None
-    name = name or f"{space.study}-{preset or 'base'}-{datetime.now():%Y%m%d-%H%M%S}"
-    paths = SweepPaths(root, name)
+    space, draft = checked_sweep(
+        space_path,
+        preset=preset,
+        overrides=overrides,
+        address=address,
+        search=search,
+        scheduler=scheduler,
+        data_dir=data_dir,
+        tracking_uri=tracking_uri,
+        name=name,
+        storage_path=storage_path,
+        plan=plan,
+    )
+    name, paths = draft.name, draft.paths
     if resume and storage.exists(paths.state):
         return resume_sweep(name, address=address, storage_path=storage_path, on_start=on_start)
     if storage.exists(paths.state):
@@ -241,43 +118,35 @@ def run_sweep(
     start_ray(address, space.cell_modules)  # an unreachable or refusing cluster fails here
     if address:
         check_gpus(space.resources.gpu, local=False)
+    record = recorded_sweep(draft, space, experiment or space.study)
+    return finish(build_tuner(space, record), record, on_start)
+
+
+def recorded_sweep(draft: SweepRecord, space: Space, experiment: str) -> SweepRecord:
+    """The record DRAFT (`checks.checked_sweep`) with its MLflow parent run made in EXPERIMENT
+    (a sqlite store made first), saved as the sweep's state, its settings logged to the run
+    (`log_sweep_params`)."""
+    uri = draft.tracking_uri
     open_store(uri)  # a sqlite store is made once every check has passed and Ray took us
     client = MlflowClient(uri)
-    experiment_id = get_experiment(client, uri, experiment or space.study)
+    experiment_id = get_experiment(client, uri, experiment)
     parent = client.create_run(
         experiment_id,
-        run_name=name,
+        run_name=draft.name,
         tags={
-            "sweep": name,
+            "sweep": draft.name,
             "study": space.study,
             "report": space.report,
             "quantity": space.quantity,
-            "preset": preset or "base",
+            "preset": draft.preset or "base",
             "kind": "sweep",
             **provenance_tags(),
         },
     )
-    record = SweepRecord(
-        name=name,
-        space_path=str(space_path),
-        preset=preset,
-        overrides=tuple(overrides),
-        search=search,
-        scheduler=scheduler,
-        tracking_uri=uri,
-        experiment_id=experiment_id,
-        parent_run_id=parent.info.run_id,
-        data_dir=str(data_root),
-        storage=root,
-        trials=space.num_trials,
-        cells=cells,
-        space=space.model_dump(mode="json"),
-        plan=planned,
-        rounds=(Round(space.samples, space.seeds),),
-    )
+    record = replace(draft, experiment_id=experiment_id, parent_run_id=parent.info.run_id)
     write_record(record)
     log_sweep_params(client, record, space)
-    return finish(build_tuner(space, record), record, on_start)
+    return record
 
 
 def log_sweep_params(client: MlflowClient, record: SweepRecord, space: Space):
@@ -319,81 +188,11 @@ def log_sweep_params(client: MlflowClient, record: SweepRecord, space: Space):
         )
 
 
-def build_tuner(space: Space, record: SweepRecord, function=run_trial) -> tune.Tuner:
-    """The Tuner of the sweep's last round: its searcher, scheduler, MLflow callback and
-    storage (a confirmation round: its settings and seeds, under FIFO); its trials run
-    FUNCTION (`run_trial`; benchmarks/driver_load.py gives one that only reports)."""
-    name, cells, paths = record.name, record.cells, record.paths
-    constants = tune_constants(space, record.data_dir, record.preset)
-    last = record.rounds[-1]
-    if last.confirm:
-        searcher = ConfirmSearcher(constants, last.confirm)
-        count = len(searcher.configs)
-    else:
-        slots = round_slots(last.samples, last.seeds, last.done)
-        searcher = build_searcher(space, cells, constants, slots, record.search, paths.sweep, name)
-        count = len(slots) * len(cells)
-    tracker = MLflowTracker(record.parent_run, cells)
-    scheduler = build_scheduler(
-        space, "fifo" if last.confirm else record.scheduler, paths.scheduler_state
-    )
-    filesystem, path = storage.split(record.storage)
-    return tune.Tuner(
-        trainable(space, cells, function),
-        tune_config=tune.TuneConfig(
-            metric=METRIC,
-            mode=MODE,
-            search_alg=searcher,
-            scheduler=scheduler,
-            num_samples=count,
-            # a searcher of one's own gets one trial pending at a time from Tune: the slots
-            # of the cluster are asked for instead
-            max_concurrent_trials=space.max_concurrent
-            or trial_slots(space.resources.cpu, space.resources.gpu),
-            reuse_actors=True,
-        ),
-        run_config=tune.RunConfig(
-            name=round_name(name, len(record.rounds) - 1),
-            storage_path=path,
-            storage_filesystem=filesystem,
-            callbacks=[tracker, KeepNewestCheckpoint(), ForgetEndedTrialsMetrics(METRIC)],
-            failure_config=tune.FailureConfig(max_failures=2),
-            verbose=1,
-        ),
-    )
-
-
 def load_record(name: str, storage_path: str | None, address: str | None) -> SweepRecord:
     """The record of the sweep NAME in the storage root (`sweep_storage`), its storage that
     root: where the sweep was found (the root it ran in, unless its storage moved)."""
     root = sweep_storage(storage_path, address)
     return replace(read_record(root, name), storage=root)
-
-
-# The modules of rhnsearch 0.2 that moved, and where they are now: Tune's saved state of a sweep
-# written then (tuner.pkl, the searcher's state) pickled objects under the old names.
-MOVED_MODULES = {
-    "rhnsearch.search.sweep": "rhnsearch.sweep.lifecycle",
-    "rhnsearch.search.status": "rhnsearch.sweep.status",
-    "rhnsearch.search.trainable": "rhnsearch.sweep.trainable",
-    "rhnsearch.search.checkpoints": "rhnsearch.sweep.checkpoints",
-    "rhnsearch.search.cluster": "rhnsearch.cluster.connect",
-    "rhnsearch.search.jobs": "rhnsearch.cluster.jobs",
-    "rhnsearch.search.slurm": "rhnsearch.cluster.slurm",
-    "rhnsearch.search.storage": "rhnsearch.cluster.storage",
-    "rhnsearch.search.tracking": "rhnsearch.tracking.callback",
-    "rhnsearch.tracking_store": "rhnsearch.tracking.uris",
-    "rhnsearch.results.histories": "rhnsearch.tracking.histories",
-    "rhnsearch.results.snapshot": "rhnsearch.tracking.snapshot",
-    "rhnsearch.results.store": "rhnsearch.tracking.store",
-    "rhnsearch.data.recorded": "rhnsearch.tracking.datasets",
-}
-
-
-def read_moved_modules():
-    """Let a Tuner pickled before the modules moved be read: their old names point at the new."""
-    for old, new in MOVED_MODULES.items():
-        sys.modules.setdefault(old, importlib.import_module(new))
 
 
 def resume_sweep(
@@ -436,25 +235,6 @@ def resume_sweep(
     mark_resumed(record)
     # the Tuner passed, not kept: finish lets it go before the close
     return finish(restored_round(path, filesystem, space, record), record, on_start)
-
-
-def restored_round(path: str, filesystem, space: Space, record: SweepRecord) -> tune.Tuner:
-    """The Tuner of the sweep's last round restored from Tune's state at PATH, what it unpickled
-    pointed at the sweep's folder where RECORD was found: Tune pickled its searcher, scheduler
-    and callbacks with the folder the sweep ran in, which may have moved since (another mount of
-    its disk, `sweep resume --storage-path`), and its MLflow journal, ASHA's rungs and the
-    cells' Optuna studies would be read and written there."""
-    tuner = ray_compat.restored_tuner(
-        path, trainable(space, record.cells), storage_filesystem=filesystem
-    )
-    for part in ray_compat.restored_parts(tuner):
-        if isinstance(part, MLflowTracker):
-            part.run = record.parent_run
-        elif isinstance(part, CellASHAScheduler) and part.state_file:
-            part.state_file = record.paths.scheduler_state
-        elif isinstance(part, CellStudies):
-            part.sweep_dir = record.paths.sweep
-    return tuner
 
 
 def mark_resumed(record: SweepRecord):
