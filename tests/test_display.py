@@ -71,6 +71,29 @@ def test_time_left_is_the_pace_since_the_start_applied_to_what_is_left():
     assert progress(TRIALS, fraction=1.5).left() == 0.0  # more than planned: none left
 
 
+def test_the_share_done_counts_running_trials_by_their_epochs_or_the_plan_by_its_hours():
+    """Without a plan: trials ended, and a running one by its epochs of the most it may run
+    (an old sweep's record: 2 trials of up to 9 epochs); with a plan, the device-hours the
+    trials have held of those it planned."""
+    import json
+    from dataclasses import replace
+
+    from rhnsearch.sweep.progress import done_fraction
+    from rhnsearch.sweep.record import SweepRecord
+    from rhnsearch.tracking.runs import StoredRun
+
+    from conftest import ROOT
+
+    state = json.loads((ROOT / "tests/data/sweep_state_dd9c428.json").read_text())
+    record = SweepRecord.from_json(state)
+    assert record.trials == 2 and record.space["fixed"]["epochs"] == 9
+    trials = (trial("a", "c", "stopped", 1, 9.0), trial("b", "c", "running", 3, 9.5))
+    assert done_fraction(record, [], trials) == pytest.approx((1 + 3 / 9) / 2)
+    plan = {"unit": "CPU", "per_trial": 1, "cells": [{"cell": "c", "seconds": 7200.0}]}
+    runs = [StoredRun("a", "a", "FINISHED", 0, 1, {}, {"cell": "c"}, {"cpu_seconds": 1800.0})]
+    assert done_fraction(replace(record, plan=plan), runs, trials) == pytest.approx(0.25)
+
+
 def test_the_plain_display_prints_a_line_a_trial_as_it_ends():
     """Off a terminal: each trial once, in the order they ended, numbered, with its cell's
     best and the time; nothing redrawn."""

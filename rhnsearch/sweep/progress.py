@@ -76,15 +76,20 @@ class Progress:
         return self.elapsed * (1 - min(self.fraction, 1.0)) / done
 
 
-def done_fraction(record: SweepRecord, runs: list, ended: int) -> float:
+def done_fraction(record: SweepRecord, runs: list, trials: tuple[Trial, ...]) -> float:
     """The share of the sweep done: the plan's device-hours its trials have held, where it was
     run with --plan and has one round (the plan's estimate corrected by what is spent); else
-    its trials ended."""
+    its trials ended, and of each running one the share of the most epochs a trial may run
+    that it has."""
     if record.plan and len(record.rounds) == 1:
         plan = planned_hours(record.plan)
         if plan["total"] > 0:
             return min(spent(runs)[plan["unit"]] / plan["total"], 1.0)
-    return ended / record.trials if record.trials else 1.0
+    if not record.trials:
+        return 1.0
+    epochs = max(int(record.space["fixed"]["epochs"]), 1)
+    running = sum(min(t.epoch, epochs) / epochs for t in trials if t.status == RUNNING)
+    return (sum(t.status != RUNNING for t in trials) + running) / record.trials
 
 
 def trial(run) -> Trial:
@@ -122,7 +127,7 @@ class Follower:
         runs = child_runs(self.client, record.parent_run)
         trials = tuple(trial(run) for run in runs)
         start = self.start if self.start is not None else parent.start_time / 1000
-        fraction = done_fraction(record, runs, sum(t.status != RUNNING for t in trials))
+        fraction = done_fraction(record, runs, trials)
         if self.baseline is None:
             self.baseline = fraction
         return Progress(
