@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from rhnsearch.results import uncertainty
-from rhnsearch.results.expected_best import BEST_OF, weights
+from rhnsearch.results.expected_best import BEST_OF, expected_best, weights
 from rhnsearch.results.studies import JSB_BEST_OF
 from rhnsearch.results.tables import finished
 from rhnsearch.tracking.store import search_trials
@@ -74,10 +74,6 @@ def cells(example: str) -> dict[tuple[str, int], np.ndarray]:
     return {(arch, int(depth)): v.to_numpy() for (arch, depth), v in grouped}
 
 
-def expected_best(values, k: int) -> float:
-    return float(np.sort(values) @ weights(len(values), [k])[0])
-
-
 def today_p(a, b, k: int, rng) -> tuple[float, float]:
     """Today's rule at shift 0: the permutation test's p-value and the gap's value."""
     wa, wb = weights(len(a), [k])[0], weights(len(b), [k])[0]
@@ -96,7 +92,7 @@ def row(task) -> dict:
     a_pool, b_pool = pools[first], pools[second]
     start = time.perf_counter()
     k = uncertainty.comparable_k(best_of, na, nb)
-    moved = a_pool + expected_best(b_pool, k) - expected_best(a_pool, k)
+    moved = a_pool + expected_best(b_pool, [k])[0][0] - expected_best(a_pool, [k])[0][0]
     rng = np.random.default_rng(0)
     declared, above = 0, np.zeros(len(GAPS))
     resolved = min(na, nb) >= uncertainty.MIN_SETTINGS
@@ -105,7 +101,8 @@ def row(task) -> dict:
         declared += low > 0 or high < 0
         above += [low + gap > 0 for gap in GAPS]
     k_today = min(best_of, na, nb)
-    moved = a_pool + expected_best(b_pool, k_today) - expected_best(a_pool, k_today)
+    to, of = expected_best(b_pool, [k_today])[0][0], expected_best(a_pool, [k_today])[0][0]
+    moved = a_pool + to - of
     rng = np.random.default_rng(0)
     today_declared, today_above = 0, np.zeros(len(GAPS))
     for _ in range(today_pairs):

@@ -119,6 +119,7 @@ def follow(read, display: Display, stop: threading.Event):
     once more: at most every EVERY seconds, and SLOWER times what a read took (a store of
     thousands of runs takes seconds to list). A read that fails is skipped: the display is
     a courtesy, never the sweep's failure."""
+    last = False
     while True:
         started = time.monotonic()
         try:
@@ -127,15 +128,9 @@ def follow(read, display: Display, stop: threading.Event):
         except Exception as exc:  # noqa: BLE001 - a busy store: read again at the next tick
             log.debug("could not read the sweep's progress: %s", exc)
             progress = None
-        if progress is not None and progress.finished:
+        if last or (progress is not None and progress.finished):
             return
-        took = time.monotonic() - started
-        if stop.wait(max(EVERY, SLOWER * took)):
-            break
-    try:
-        display.show(read())
-    except Exception as exc:  # noqa: BLE001
-        log.debug("could not read the sweep's last progress: %s", exc)
+        last = stop.wait(max(EVERY, SLOWER * (time.monotonic() - started)))
 
 
 def console() -> Console:
@@ -147,7 +142,7 @@ def console() -> Console:
 
 def watch(name: str, storage_path: str | None):
     """Follow the sweep NAME, which another process runs, on stderr until it ends."""
-    follower = Follower(name, storage_path)
+    follower = Follower.of(name, storage_path)
     with Display(console()) as display:
         follow(follower.read, display, threading.Event())
 
@@ -183,7 +178,7 @@ class Watching:
         self.log: TextIO | None = None
 
     def begin(self, record: SweepRecord):
-        follower = Follower(record.name, record.storage, start=self.start)
+        follower = Follower(record, start=self.start)
         path = record.paths.driver_log
         path.parent.mkdir(parents=True, exist_ok=True)
         self.log = path.open("a", encoding="utf-8")

@@ -105,21 +105,26 @@ def trial(run) -> Trial:
 
 
 class Follower:
-    """Reads a sweep's `Progress` again and again: its record once, its store each time.
+    """Reads a sweep's `Progress` again and again from its store.
 
     Args:
-        name: The sweep's name.
-        storage_path: Its storage root; None: ``$RHNSEARCH_STORAGE``, else results/sweeps.
+        record: The sweep's record (`Follower.of` reads it by name).
         start: The epoch second its elapsed time and pace count from (the command's start,
             where it runs the sweep's round); None: its parent run's start, the pace over
             all of its rounds.
     """
 
-    def __init__(self, name: str, storage_path: str | None = None, *, start: float | None = None):
-        self.record = read_record(sweep_storage(storage_path, None), name)
-        self.client = MlflowClient(existing_store(self.record.tracking_uri))
+    def __init__(self, record: SweepRecord, *, start: float | None = None):
+        self.record = record
+        self.client = MlflowClient(existing_store(record.tracking_uri))
         self.start = start
         self.baseline: float | None = None if start is not None else 0.0
+
+    @classmethod
+    def of(cls, name: str, storage_path: str | None = None) -> "Follower":
+        """The follower of the sweep NAME in the storage root STORAGE_PATH (None:
+        ``$RHNSEARCH_STORAGE``, else results/sweeps), from its parent run's start."""
+        return cls(read_record(sweep_storage(storage_path, None), name))
 
     def read(self) -> Progress:
         record = self.record
