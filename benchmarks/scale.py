@@ -91,7 +91,7 @@ import numpy as np
 import pandas as pd
 import psutil
 
-from rhnsearch.sweep.layout import CHECKPOINT_FILE, HELD_FILE
+from rhnsearch.files.layout import CHECKPOINT_FILE, HELD_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
 SPACE = ROOT / "spaces" / "jsb_optimization.yaml"
@@ -394,9 +394,9 @@ def plain_tune(args, function, mark) -> tuple[dict, dict]:
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
 
-    from rhnsearch.cluster import storage
     from rhnsearch.cluster.connect import start_ray
     from rhnsearch.data import load_dataset
+    from rhnsearch.files import storage
     from rhnsearch.search.searchers import CellSearcher, round_slots
     from rhnsearch.search.space import load_space
     from rhnsearch.search.trial import tune_constants

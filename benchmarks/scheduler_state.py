@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ray.tune.experiment import Trial
 
-from rhnsearch.cluster import storage
+from rhnsearch.files import storage
 from rhnsearch.search.scheduler import CellASHAScheduler
 
 CELLS = [f"{arch} d{depth}" for arch in ("rhn", "dtrnn", "dtsrnn") for depth in (1, 2, 4, 6)]

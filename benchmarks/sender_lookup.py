@@ -16,8 +16,8 @@ from pathlib import Path
 from mlflow.entities import Metric, RunTag
 from mlflow.tracking import MlflowClient
 
-from rhnsearch.sweep.layout import SweepPaths
-from rhnsearch.sweep.record import ParentRun
+from rhnsearch.files.layout import SweepPaths
+from rhnsearch.files.record import ParentRun
 from rhnsearch.tracking.journal import Journal
 from rhnsearch.tracking.sender import Sender
 

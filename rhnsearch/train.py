@@ -16,8 +16,8 @@ import torch
 
 from .data import DATASETS
 from .errors import UserError
+from .files.layout import CHECKPOINT_FILE
 from .models import BACKENDS, build_model, check_arch, detach_state
-from .sweep.layout import CHECKPOINT_FILE
 from .tasks import get_task
 
 STREAM_WINDOW = 400  # steps of a window when a text is read as one stream (see _batches)

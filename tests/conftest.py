@@ -691,7 +691,7 @@ class Sweep:
 
     def results(self) -> dict[str, list[dict]]:
         """Trial dir -> the results Tune has written for it so far."""
-        from rhnsearch.cluster import storage
+        from rhnsearch.files import storage
 
         found = {}
         for trial in storage.listdir(storage.join(self.storage, self.name)):

@@ -78,8 +78,8 @@ def test_the_share_done_counts_running_trials_by_their_epochs_or_the_plan_by_its
     import json
     from dataclasses import replace
 
+    from rhnsearch.files.record import SweepRecord
     from rhnsearch.sweep.progress import done_fraction
-    from rhnsearch.sweep.record import SweepRecord
     from rhnsearch.tracking.runs import StoredRun
 
     from conftest import ROOT

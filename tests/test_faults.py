@@ -27,9 +27,9 @@ from test_report import Page
 from test_sweep import check_child_runs
 
 from rhnsearch.cli.ui import server_env
-from rhnsearch.sweep.layout import STATE_FILE
+from rhnsearch.files.layout import STATE_FILE
+from rhnsearch.files.record import read_record
 from rhnsearch.sweep.lifecycle import mark_resumed
-from rhnsearch.sweep.record import read_record
 
 from conftest import (
     JSB_SPACE,
@@ -221,7 +221,7 @@ def test_worker_then_driver_killed_trial_goes_on_from_its_checkpoints(tmp_path, 
 def test_pruning_keeps_the_registered_checkpoint_and_any_newer_one(tmp_path):
     """A trial's first checkpoint seen by a (resumed) driver clears the older ones left in its
     folder, never the one registered nor a newer one its worker has written since."""
-    from rhnsearch.cluster.storage import split
+    from rhnsearch.files.storage import split
     from rhnsearch.sweep.checkpoints import prune
 
     for index in range(1, 5):
@@ -288,9 +288,9 @@ def test_runs_are_deleted_only_on_the_strength_of_a_state_read(state, tmp_path, 
     had started it before Tune saved it; the resume ran its setting again), but only where
     that state was read: a state renamed (as a Ray release might) or unreadable deletes
     nothing, and says so in one warning line."""
+    from rhnsearch.files.layout import SweepPaths
+    from rhnsearch.files.record import ParentRun
     from rhnsearch.sweep.close import drop_lost_runs
-    from rhnsearch.sweep.layout import SweepPaths
-    from rhnsearch.sweep.record import ParentRun
 
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = client.create_experiment("drop")
@@ -330,8 +330,8 @@ def test_tune_writes_the_storage_in_whole_files(tmp_path):
     file:// URI is written the same way."""
     import pyarrow.fs as pafs
 
-    from rhnsearch.cluster.storage import split
-    from rhnsearch.sweep.layout import sweep_storage
+    from rhnsearch.files.layout import sweep_storage
+    from rhnsearch.files.storage import split
 
     storage = tmp_path / "storage"
     storage.mkdir()
@@ -341,7 +341,7 @@ def test_tune_writes_the_storage_in_whole_files(tmp_path):
             sys.executable,
             "-c",
             (
-                "import os; from rhnsearch.cluster.storage import split; "
+                "import os; from rhnsearch.files.storage import split; "
                 f"s = split('{storage}')[0].open_output_stream('{storage}/state.json'); "
                 "s.write(b'x' * 5000); s.flush(); os._exit(9)"
             ),
@@ -379,8 +379,8 @@ def test_an_experiment_state_uploaded_half_written_keeps_the_stored_one(
     whole one replaces it; any other file is stored as it comes."""
     import pyarrow.fs as pafs
 
-    from rhnsearch.cluster import storage
     from rhnsearch.compat.ray import newest_experiment_state
+    from rhnsearch.files import storage
 
     root = str(tmp_path / "storage") if where == "directory" else s3_server.uri(s3_server.bucket())
     filesystem, path = storage.split(root)
@@ -1264,8 +1264,8 @@ def test_resumed_driver_leaves_finished_runs_as_they_were(tmp_path):
     and status. A failed run, which the resume retries, is ended again."""
     from ray.tune.experiment import Trial
 
-    from rhnsearch.sweep.layout import SweepPaths
-    from rhnsearch.sweep.record import ParentRun
+    from rhnsearch.files.layout import SweepPaths
+    from rhnsearch.files.record import ParentRun
     from rhnsearch.tracking import callback as tracking
     from rhnsearch.tracking import sender
 

@@ -87,6 +87,54 @@ def test_no_import_cycles():
     assert cycles(graph) == []
 
 
+# The package's layers, bottom first (docs/architecture.md): a module imports its own layer's
+# and those below, never one above. A layer is a subpackage or a top-level module.
+LAYERS = [
+    {"compat", "errors"},
+    {"data", "tasks", "models", "budget", "provenance"},
+    {"files"},
+    {"train"},
+    {"search"},
+    {"tracking"},
+    {"analysis", "results"},
+    {"cluster"},
+    {"sweep"},
+    {"cli"},
+]
+
+
+def part(module: str) -> str:
+    """The subpackage or top-level module that a module of the package belongs to."""
+    return module.split(".")[1]
+
+
+def test_every_import_runs_down_the_layers():
+    trees = modules()
+    rank = {name: level for level, layer in enumerate(LAYERS) for name in layer}
+    parts = {part(name) for name in trees if name != "rhnsearch"}
+    assert parts == set(rank), f"parts without a layer: {parts - set(rank)}"
+    upward = sorted(
+        f"{name} -> {target}"
+        for name, tree in trees.items()
+        if name != "rhnsearch"
+        for target in imports(name, tree, set(trees))
+        if target != "rhnsearch" and rank[part(target)] > rank[part(name)]
+    )
+    assert upward == []
+
+
+def test_no_import_cycles_between_the_parts():
+    """Counting imports inside functions too: peers of one layer import each other one way."""
+    trees = modules()
+    graph = {part(name): set() for name in trees if name != "rhnsearch"}
+    for name, tree in trees.items():
+        if name != "rhnsearch":
+            graph[part(name)] |= {
+                part(t) for t in imports(name, tree, set(trees)) if t != "rhnsearch"
+            } - {part(name)}
+    assert cycles(graph) == []
+
+
 def test_library_modules_neither_print_nor_parse_arguments():
     offenders = []
     for name, tree in modules().items():

@@ -10,7 +10,7 @@ from mlflow.tracking import MlflowClient
 from test_faults import assert_full_histories, child_runs
 from test_sweep import check_child_runs
 
-from rhnsearch.cluster import storage
+from rhnsearch.files import storage
 from rhnsearch.search.searchers import load_study, study_names
 
 from conftest import JSB_SPACE, json_summary, rhnsearch_cli, rhnsearch_main, wait_until

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from rhnsearch.errors import UserError
-from rhnsearch.sweep.layout import STATE_FILE, SweepPaths
-from rhnsearch.sweep.record import Round, SweepRecord, read_record, write_record
+from rhnsearch.files.layout import STATE_FILE, SweepPaths
+from rhnsearch.files.record import Round, SweepRecord, read_record, write_record
 
 DATA = Path(__file__).parent / "data"
 

@@ -19,13 +19,13 @@ from ray import tune
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler
 
-from rhnsearch.cluster import storage
 from rhnsearch.compat import ray as ray_compat
+from rhnsearch.files import storage
+from rhnsearch.files.layout import SCHEDULER_STATE_FILE
 from rhnsearch.search.scheduler import CellASHAScheduler, LiveFIFOScheduler, setting_key
 from rhnsearch.search.space import load_space
 from rhnsearch.sweep.checkpoints import KeepNewestCheckpoint
 from rhnsearch.sweep.ended_trials import ForgetEndedTrialsMetrics
-from rhnsearch.sweep.layout import SCHEDULER_STATE_FILE
 from rhnsearch.sweep.lifecycle import build_scheduler
 
 from conftest import ROOT, wait_until

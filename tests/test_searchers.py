@@ -13,6 +13,7 @@ import pytest
 from ray.tune.search import ConcurrencyLimiter, SearchGenerator
 
 from rhnsearch.compat import ray as ray_compat
+from rhnsearch.files.layout import OPTUNA_JOURNAL
 from rhnsearch.search import searchers
 from rhnsearch.search.searchers import (
     LOCK_GRACE,
@@ -25,7 +26,6 @@ from rhnsearch.search.searchers import (
     study_names,
 )
 from rhnsearch.search.space import load_space
-from rhnsearch.sweep.layout import OPTUNA_JOURNAL
 
 from conftest import JSB_SPACE
 

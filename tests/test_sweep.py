@@ -17,10 +17,10 @@ import pytest
 from mlflow.tracking import MlflowClient
 from ray.tune.experiment import Trial
 
-from rhnsearch.cluster import jobs
 from rhnsearch.provenance import cpu_name
 from rhnsearch.search.scheduler import CellASHAScheduler
 from rhnsearch.search.searchers import load_study, study_names
+from rhnsearch.sweep import jobs
 
 import lab_services
 from conftest import (

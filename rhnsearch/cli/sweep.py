@@ -290,7 +290,7 @@ def cmd_confirm(args):
 
 def cmd_status(args):
     if args.address:
-        from ..cluster.jobs import job_status
+        from ..sweep.jobs import job_status
 
         print(job_status(args.address, args.name))
         return

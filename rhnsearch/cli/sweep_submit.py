@@ -105,7 +105,7 @@ def add_logs(ssub):
 def cmd_submit(args):
     if args.slurm:
         return submit_to_slurm(args)
-    from ..cluster.jobs import submit
+    from ..sweep.jobs import submit
 
     job_id = submit(
         args.address,
@@ -128,7 +128,7 @@ def cmd_submit(args):
 
 def slurm_request(args):
     """The Slurm request of `sweep submit --slurm` or `sweep confirm --slurm`."""
-    from ..cluster.slurm import Request
+    from ..sweep.slurm import Request
 
     return Request(
         nodes=args.nodes,
@@ -153,7 +153,7 @@ def submitted(path, text: str, job_id: str | None):
 
 
 def submit_to_slurm(args):
-    from ..cluster.slurm import submit_sweep
+    from ..sweep.slurm import submit_sweep
 
     path, text, job_id = submit_sweep(
         args.space,
@@ -174,7 +174,7 @@ def submit_to_slurm(args):
 
 
 def confirm_on_slurm(args):
-    from ..cluster.slurm import submit_confirm
+    from ..sweep.slurm import submit_confirm
 
     path, text, job_id = submit_confirm(
         args.name,
@@ -188,21 +188,21 @@ def confirm_on_slurm(args):
 
 
 def cmd_slurm_job(args):
-    from ..cluster.slurm import run_job
+    from ..sweep.slurm import run_job
 
     logging.getLogger(run_job.__module__).setLevel(logging.INFO)  # the job's own progress
     return run_job(args.job_dir, args.sweep_args, args.command)
 
 
 def cmd_slurm_node(args):
-    from ..cluster.slurm import run_node
+    from ..sweep.slurm import run_node
 
     logging.getLogger(run_node.__module__).setLevel(logging.INFO)
     return run_node(args.job_dir)
 
 
 def follow(address: str, job_id: str) -> int:
-    from ..cluster.jobs import follow_logs
+    from ..sweep.jobs import follow_logs
 
     status = follow_logs(address, job_id, sys.stdout)
     print(f"{job_id}: {status}", file=sys.stderr)
@@ -210,7 +210,7 @@ def follow(address: str, job_id: str) -> int:
 
 
 def cmd_logs(args):
-    from ..cluster.jobs import job_call
+    from ..sweep.jobs import job_call
 
     if args.follow:
         return follow(args.address, args.job)

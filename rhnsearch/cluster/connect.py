@@ -14,8 +14,9 @@ from ray.exceptions import AuthenticationError
 
 from ..compat import ray as ray_compat
 from ..errors import UserError, first_line
-from ..sweep.trainable import ALLOW_CPU_FALLBACK
 from .malloc import limit_malloc_arenas
+
+ALLOW_CPU_FALLBACK = "RHNSEARCH_ALLOW_CPU_FALLBACK"  # =1: a GPU trial may train on the CPU
 
 # Set in a Ray Job whose runtime env ships the sweep's own cells (jobs.submit): its
 # driver joins with them already there, and Ray refuses a second py_modules for the job.

@@ -12,8 +12,8 @@ import threading
 import numpy as np
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
-from ..cluster import storage
 from ..compat import ray as ray_compat
+from ..files import storage
 
 log = logging.getLogger(__name__)
 CONTINUE, STOP = TrialScheduler.CONTINUE, TrialScheduler.STOP

@@ -26,9 +26,9 @@ from optuna.trial import TrialState
 from ray import tune
 from ray.tune.search import Searcher
 
-from ..cluster import storage
+from ..files import storage
+from ..files.layout import OPTUNA_JOURNAL
 from ..models import resolve_arch
-from ..sweep.layout import OPTUNA_JOURNAL
 from .space import Distribution, Space
 from .trial import tune_config
 

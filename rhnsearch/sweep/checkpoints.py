@@ -31,9 +31,9 @@ import logging
 import pyarrow.fs as pafs
 from ray.tune import Callback
 
-from ..cluster import storage
 from ..compat import ray as ray_compat
 from ..errors import UserError
+from ..files import storage
 from ..search.searchers import saved_for
 from ..train import CHECKPOINT_FILE
 

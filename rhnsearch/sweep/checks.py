@@ -9,16 +9,16 @@ import tempfile
 from datetime import datetime
 from pathlib import Path
 
-from ..cluster import storage
 from ..cluster.connect import check_address, check_gpus
 from ..data import data_dir as default_data_dir
 from ..data import load_dataset
 from ..errors import UserError, first_line
+from ..files import storage
+from ..files.layout import LOCAL_SWEEPS, sweep_storage
+from ..files.record import Round, SweepRecord
 from ..search.plan import load_plan
 from ..search.space import Space, load_space
 from ..tracking.uris import check_store, resolve_tracking_uri, sqlite_path
-from .layout import LOCAL_SWEEPS, sweep_storage
-from .record import Round, SweepRecord
 
 
 def probe_write(directory: Path):

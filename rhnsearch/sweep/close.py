@@ -13,11 +13,11 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from ..errors import UserError, first_line
+from ..files.layout import CHECKPOINT_FILE
+from ..files.record import ParentRun, SweepRecord
 from ..tracking import database, histories, snapshot
 from ..tracking.runs import StoredRun, matching
 from .checkpoints import saved_trial_ids
-from .layout import CHECKPOINT_FILE
-from .record import ParentRun, SweepRecord
 
 log = logging.getLogger(__name__)
 HOURS = ("cpu_hours", "gpu_hours")  # device-hours the trials held, from their *_seconds

@@ -5,9 +5,9 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UserError
+from ..files.record import Confirmation, Confirmed
 from ..search.space import Space
 from ..tracking.store import search_trials
-from .record import Confirmation, Confirmed
 
 FINISHED = ("completed", "stopped")  # as the tables count a trial (results.tables.FINISHED)
 LOSS = "metrics.best_valid_loss"

@@ -22,10 +22,12 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from ray import tune
 
-from ..cluster import storage
 from ..cluster.connect import check_gpus, start_ray
 from ..compat import ray as ray_compat
 from ..errors import UserError, first_line
+from ..files import storage
+from ..files.layout import sweep_storage
+from ..files.record import Confirmation, SweepRecord, read_record, write_record
 from ..provenance import provenance_tags
 from ..search.plan import planned_hours, planned_rounds
 from ..search.space import Space
@@ -42,8 +44,6 @@ from .checkpoints import (
 from .checks import check_sweep_writable, checked_sweep
 from .close import close_sweep
 from .confirm import confirmation
-from .layout import sweep_storage
-from .record import Confirmation, SweepRecord, read_record, write_record
 from .tuner import build_scheduler as build_scheduler  # imported from here by tests/
 from .tuner import build_tuner, read_moved_modules, restored_round
 

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 
 from mlflow.tracking import MlflowClient
 
+from ..files.layout import sweep_storage
+from ..files.record import SweepRecord, read_record
 from ..search.plan import planned_hours
 from ..tracking.uris import existing_store
 from .close import child_runs, spent
-from .layout import sweep_storage
-from .record import SweepRecord, read_record
 
 RUNNING = "running"  # a trial run's `status` tag until it ends
 

@@ -6,12 +6,12 @@ from dataclasses import asdict
 
 from mlflow.tracking import MlflowClient
 
+from ..files.layout import sweep_storage
+from ..files.record import read_record
 from ..search.plan import planned_hours
 from ..tracking.phases import phases
 from ..tracking.uris import existing_store
 from .close import HOURS, child_runs, spent
-from .layout import sweep_storage
-from .record import read_record
 
 
 def sweep_status(name: str, storage_path: str | None = None) -> dict:

@@ -12,13 +12,13 @@ import ray
 import torch
 from ray import tune
 
+from ..cluster.connect import ALLOW_CPU_FALLBACK
 from ..data import load_dataset
+from ..files.layout import HELD_FILE
 from ..provenance import cpu_name
 from ..search.trial import TrialSpec
 from ..train import Trainer, epoch_reports
-from .layout import HELD_FILE
 
-ALLOW_CPU_FALLBACK = "RHNSEARCH_ALLOW_CPU_FALLBACK"  # =1: a GPU trial may train on the CPU
 _DATA = {}  # dataset cache per worker process: (name, data dir) -> data
 
 

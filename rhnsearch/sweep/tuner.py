@@ -8,9 +8,11 @@ import sys
 
 from ray import tune
 
-from ..cluster import storage
 from ..cluster.connect import trial_slots
 from ..compat import ray as ray_compat
+from ..files import storage
+from ..files.layout import round_name
+from ..files.record import SweepRecord
 from ..search.scheduler import CellASHAScheduler, LiveFIFOScheduler
 from ..search.searchers import (
     METRIC,
@@ -25,8 +27,6 @@ from ..search.trial import tune_constants
 from ..tracking.callback import MLflowTracker
 from .checkpoints import KeepNewestCheckpoint
 from .ended_trials import ForgetEndedTrialsMetrics
-from .layout import round_name
-from .record import SweepRecord
 from .trainable import run_trial
 
 
@@ -119,23 +119,29 @@ def restored_round(path: str, filesystem, space: Space, record: SweepRecord) -> 
     return tuner
 
 
-# The modules of rhnsearch 0.2 that moved, and where they are now: Tune's saved state of a sweep
-# written then (tuner.pkl, the searcher's state) pickled objects under the old names.
+# The modules that moved (those of rhnsearch 0.2, and the sweep's files and submission since),
+# and where they are now: Tune's saved state of a sweep written before (tuner.pkl, the
+# searcher's state) pickled objects under the old names.
 MOVED_MODULES = {
     "rhnsearch.search.sweep": "rhnsearch.sweep.lifecycle",
     "rhnsearch.search.status": "rhnsearch.sweep.status",
     "rhnsearch.search.trainable": "rhnsearch.sweep.trainable",
     "rhnsearch.search.checkpoints": "rhnsearch.sweep.checkpoints",
     "rhnsearch.search.cluster": "rhnsearch.cluster.connect",
-    "rhnsearch.search.jobs": "rhnsearch.cluster.jobs",
-    "rhnsearch.search.slurm": "rhnsearch.cluster.slurm",
-    "rhnsearch.search.storage": "rhnsearch.cluster.storage",
+    "rhnsearch.search.jobs": "rhnsearch.sweep.jobs",
+    "rhnsearch.search.slurm": "rhnsearch.sweep.slurm",
+    "rhnsearch.search.storage": "rhnsearch.files.storage",
     "rhnsearch.search.tracking": "rhnsearch.tracking.callback",
     "rhnsearch.tracking_store": "rhnsearch.tracking.uris",
     "rhnsearch.results.histories": "rhnsearch.tracking.histories",
     "rhnsearch.results.snapshot": "rhnsearch.tracking.snapshot",
     "rhnsearch.results.store": "rhnsearch.tracking.store",
     "rhnsearch.data.recorded": "rhnsearch.tracking.datasets",
+    "rhnsearch.cluster.jobs": "rhnsearch.sweep.jobs",
+    "rhnsearch.cluster.slurm": "rhnsearch.sweep.slurm",
+    "rhnsearch.cluster.storage": "rhnsearch.files.storage",
+    "rhnsearch.sweep.layout": "rhnsearch.files.layout",
+    "rhnsearch.sweep.record": "rhnsearch.files.record",
 }
 
 

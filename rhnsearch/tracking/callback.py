@@ -12,9 +12,9 @@ from pathlib import Path
 from mlflow.entities import Metric, Param, RunTag
 from ray.tune import Callback
 
+from ..files.layout import SweepPaths
+from ..files.record import ParentRun
 from ..search.trial import TrialSpec
-from ..sweep.layout import SweepPaths
-from ..sweep.record import ParentRun
 from .sender import sender_for
 from .store import CONFIRM
 

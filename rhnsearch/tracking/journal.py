@@ -3,7 +3,7 @@ driver loses none: the kernel holds what was written) and put on the disk by the
 Tune's event loop, before each batch it sends and each retry (a machine that goes down loses
 the records that came after the sender's last batch or retry), numbered, with the number of
 the last one MLflow has taken; a bucket sweep copies the waiting ones to its bucket, so that
-a resume on another machine sends them (`sweep.layout`: PENDING_FILE, SENT_FILE)."""
+a resume on another machine sends them (`files.layout`: PENDING_FILE, SENT_FILE)."""
 
 import json
 import os
@@ -11,8 +11,8 @@ import re
 import threading
 from pathlib import Path
 
-from ..cluster import storage
-from ..sweep.layout import PENDING_FILE, SENT_FILE
+from ..files import storage
+from ..files.layout import PENDING_FILE, SENT_FILE
 
 COMPACT_BYTES = 4 << 20  # a journal this large is rewritten with its unsent records only
 NUMBER = re.compile(r'"seq": (\d+)}$')  # a line's number: `append` writes it last

@@ -17,8 +17,8 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 from ..errors import UserError, first_line
+from ..files.record import ParentRun
 from ..provenance import provenance_tags
-from ..sweep.record import ParentRun
 from .datasets import dataset_input
 from .journal import Journal
 from .runs import StoredRun, matching

@@ -17,12 +17,12 @@ from pathlib import Path
 import yaml
 from ray.exceptions import AuthenticationError
 
+from ..cluster.connect import CELLS_SHIPPED_ENV, check_address, refused_token
 from ..errors import UserError, first_line
+from ..files import storage
+from ..files.layout import STORAGE_ENV
 from ..provenance import COMMIT_ENV, DIRTY_ENV, git_commit
 from ..search.space import load_space
-from ..sweep.layout import STORAGE_ENV
-from . import storage
-from .connect import CELLS_SHIPPED_ENV, check_address, refused_token
 
 RUNTIME_ENV = Path("jobs/runtime_env.yaml")
 

@@ -8,8 +8,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..cluster import storage
 from ..errors import UserError
+from . import storage
 
 # The storage root, STORAGE: --storage-path, else this variable, else LOCAL_SWEEPS.
 STORAGE_ENV = "RHNSEARCH_STORAGE"

@@ -7,8 +7,8 @@ state file (layout.STATE_FILE), which resume, extend, confirm and status read ba
 import json
 from dataclasses import asdict, dataclass, fields, replace
 
-from ..cluster import storage
 from ..errors import UserError, first_line
+from . import storage
 from .layout import SweepPaths
 
 

@@ -28,8 +28,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ..errors import UserError, first_line
-from ..search.space import load_space
-from ..sweep.layout import (
+from ..files.layout import (
     CONFIRM_SBATCH_FILE,
     JOB_HEAD_FILE,
     JOB_PRIVATE_DIR,
@@ -39,6 +38,7 @@ from ..sweep.layout import (
     SweepPaths,
     sweep_storage,
 )
+from ..search.space import load_space
 from ..tracking.uris import resolve_tracking_uri
 
 COMMANDS = {"run": "submit", "confirm": "confirm"}  # what a job runs: the command writing it
@@ -469,7 +469,7 @@ def submit_confirm(
     TOP and SEEDS) into its job directory and sbatch it; returns (the script's path, its text,
     the job id). The round is checked here first (lifecycle.chosen_confirmation: bad input is
     one line before anything is submitted); with DRY_RUN nothing is written or submitted."""
-    from ..sweep.lifecycle import chosen_confirmation
+    from .lifecycle import chosen_confirmation
 
     check_request(request)
     root = sweep_storage(storage_path, None)  # the job's Ray is not there yet: no address
