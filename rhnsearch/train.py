@@ -362,15 +362,7 @@ class Trainer:
 
     def load(self, directory):
         """Restore a state written by `save` (weights-only unpickling)."""
-        path = Path(directory) / CHECKPOINT_FILE
-        try:
-            state = torch.load(path, map_location=self.device, weights_only=True)
-        except pickle.UnpicklingError:  # objects other than tensors and plain data
-            raise UserError(
-                f"{path} holds pickled objects that are not weights: refused "
-                "unread (loading them could run code); delete it or use a "
-                "checkpoint rhnsearch saved"
-            ) from None
+        state = read_checkpoint(directory, self.device)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.epoch, self.status = state["epoch"], state["status"]
@@ -382,6 +374,27 @@ class Trainer:
         if state["cuda_rng"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])
         return self
+
+    @staticmethod
+    def best_weights(directory) -> tuple[dict, dict]:
+        """The config (TrialConfig's fields) and best-valid weights of the state `save` wrote
+        to DIRECTORY, on the CPU: the latest weights where no epoch was valid."""
+        state = read_checkpoint(directory, "cpu")
+        return state["config"], state["best_state"] or state["model"]
+
+
+def read_checkpoint(directory, device) -> dict:
+    """The state `Trainer.save` wrote to DIRECTORY, its tensors on DEVICE; one that holds
+    pickled objects other than tensors and plain data is refused unread."""
+    path = Path(directory) / CHECKPOINT_FILE
+    try:
+        return torch.load(path, map_location=device, weights_only=True)
+    except pickle.UnpicklingError:
+        raise UserError(
+            f"{path} holds pickled objects that are not weights: refused "
+            "unread (loading them could run code); delete it or use a "
+            "checkpoint rhnsearch saved"
+        ) from None
 
 
 def epoch_reports(trainer: Trainer):

@@ -27,7 +27,7 @@ def head():
 @pytest.fixture(scope="module")
 def old_sweeps(data_dir):
     """The old layout's sweeps (test_old_layout.py), to resume and extend."""
-    with unpacked(data_dir) as root:
+    with unpacked("dd9c428", data_dir) as root:
         yield root
 
 

@@ -135,6 +135,32 @@ def test_no_import_cycles_between_the_parts():
     assert cycles(graph) == []
 
 
+def test_what_a_sweep_writes_to_mlflow_is_named_in_the_schema_only():
+    """tracking/schema.py names the tags and artifacts; results/ reads MLflow, never writes."""
+    from rhnsearch.tracking import schema
+
+    names = {
+        schema.PARENT_RUN,
+        schema.BEST_RUN,
+        schema.RESUMED,
+        schema.SPACE_ARTIFACT,
+        schema.PLAN_ARTIFACT,
+        schema.HISTORIES_ARTIFACT,
+    }
+    writes = {"log_artifact", "log_artifacts", "log_batch", "log_dict", "log_metric"}
+    writes |= {"log_param", "set_tag", "create_run", "update_run", "set_terminated"}
+    named, written = [], []
+    for name, tree in modules().items():
+        for node in ast.walk(tree):
+            if name != "rhnsearch.tracking.schema" and isinstance(node, ast.Constant):
+                if node.value in names:
+                    named.append(f"{name}:{node.lineno} {node.value}")
+            if name.startswith("rhnsearch.results") and isinstance(node, ast.Attribute):
+                if node.attr in writes:
+                    written.append(f"{name}:{node.lineno} {node.attr}")
+    assert (named, written) == ([], [])
+
+
 def test_library_modules_neither_print_nor_parse_arguments():
     offenders = []
     for name, tree in modules().items():

@@ -1,7 +1,9 @@
-"""Sweeps written by an earlier rhnsearch (commit dd9c428, before issue 33's redesign of the
-storage layout) still resume and extend: tests/data/old_layout.tar.gz holds a sweep whose
-driver was SIGKILLed midway (`old-killed`) and a finished one (`old-finished`), their storage
-and their MLflow store (tests/data/make_old_layout.py says how they were made)."""
+"""Sweeps written by an earlier rhnsearch still resume and extend: of commit dd9c428 (before
+issue 33's redesign of the storage layout) and of 82b0eeb (the last before the record's format
+version, its Tune state pickled under the modules' old names). tests/data/old_layout_COMMIT.tar.gz
+holds a sweep whose driver was SIGKILLed midway (`old-killed`) and a finished one
+(`old-finished`), their storage and their MLflow store (tests/data/make_old_layout.py says how
+they were made)."""
 
 import fcntl
 import math
@@ -17,34 +19,33 @@ from test_sweep import check_child_runs, run_fields
 from conftest import json_summary, rhnsearch_cli
 
 HERE = Path(__file__).resolve().parent
-TARBALL = HERE / "data" / "old_layout.tar.gz"
-# The absolute path the sweeps were made at: their state files (storage, tracking_uri,
-# data_dir), Tune's pickled trial configs (data_dir) and MLflow's artifact locations record
-# it, so the test unpacks them there again (rewriting nothing) and links its data in.
-ROOT = Path("/tmp/rhnsearch-old-layout-dd9c428")
+COMMITS = ("dd9c428", "82b0eeb")
 CELLS = 2  # rhn and dtrnn at depth 1
 
 
 @contextmanager
-def unpacked(data_dir: Path):
-    """The tarball unpacked at ROOT, with ROOT/data the session's data (one test at a time
-    holds ROOT: a lock file beside it); removed afterwards."""
-    with open(f"{ROOT}.lock", "w") as lock:
+def unpacked(commit: str, data_dir: Path):
+    """COMMIT's tarball unpacked at the absolute path its sweeps were made at (their state
+    files, Tune's pickled trial configs and MLflow's artifact locations record it: nothing is
+    rewritten), with its data the session's (one test at a time holds it: a lock file beside
+    it); removed afterwards."""
+    root = Path(f"/tmp/rhnsearch-old-layout-{commit}")
+    with open(f"{root}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        shutil.rmtree(ROOT, ignore_errors=True)
-        ROOT.mkdir()
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir()
         try:
-            with tarfile.open(TARBALL) as tar:
-                tar.extractall(ROOT, filter="data")
-            (ROOT / "data").symlink_to(data_dir)
-            yield ROOT
+            with tarfile.open(HERE / "data" / f"old_layout_{commit}.tar.gz") as tar:
+                tar.extractall(root, filter="data")
+            (root / "data").symlink_to(data_dir)
+            yield root
         finally:
-            shutil.rmtree(ROOT, ignore_errors=True)
+            shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.fixture
-def old_layout(data_dir):
-    with unpacked(data_dir) as root:
+@pytest.fixture(params=COMMITS)
+def old_layout(request, data_dir):
+    with unpacked(request.param, data_dir) as root:
         yield root
 
 
@@ -73,7 +74,7 @@ def test_a_sweep_of_the_old_layout_resumes_and_extends(old_layout, tmp_path):
     client = MlflowClient(uri)
     killed = runs_of(client, "old-killed")
     finished_before = recorded(client, [r for r in killed if r.info.status == "FINISHED"])
-    assert len(finished_before) == 2 and len(killed) >= 3  # as the kill left it
+    assert finished_before and len(killed) >= 2  # as the kill left it: 1 or 2 finished, 1 on
     (parent,) = runs_of(client, "old-killed", "sweep")
     assert parent.info.status == "RUNNING"
 

@@ -1,6 +1,7 @@
 """A sweep's record reads the state file of a sweep written before it existed (rhnsearch at
 dd9c428: tests/data/sweep_state_dd9c428*.json, a smoke sweep as run, then extended to 3
-samples) and writes it back with the same keys and values; its paths are the layout's."""
+samples) and writes it back with the same values, in today's format (its version); its paths
+are the layout's."""
 
 import json
 import shutil
@@ -23,8 +24,9 @@ def stored(tmp_path: Path, fixture: str) -> tuple[SweepRecord, dict]:
     return read_record(str(tmp_path), "old"), json.loads((DATA / fixture).read_text())
 
 
-def test_an_old_sweep_reads_and_is_written_back_as_it_was(tmp_path):
+def test_an_old_sweep_reads_and_is_written_back_with_its_values_as_version_2(tmp_path):
     record, old = stored(tmp_path, "sweep_state_dd9c428.json")
+    assert "version" not in old and "rounds" not in old
     assert record.rounds == (Round(2, 1, (0, 0)),) and record.overrides == (
         "archs=[rhn]",
         "depths=[1]",
@@ -34,8 +36,14 @@ def test_an_old_sweep_reads_and_is_written_back_as_it_was(tmp_path):
         record.trials = 3
     write_record(replace(record, storage=str(tmp_path)))
     again = json.loads((tmp_path / "old" / STATE_FILE).read_text())
-    assert list(again) == list(old)  # no rounds while there is one: the old file's keys
-    assert again == {**old, "storage": str(tmp_path)}
+    one_round = [{"samples": 2, "seeds": 1, "done": [0, 0]}]
+    assert again == {
+        **old,
+        "version": 2,
+        "storage": str(tmp_path),
+        "rounds": one_round,
+    }
+    assert read_record(str(tmp_path), "old") == replace(record, storage=str(tmp_path))
 
 
 def test_an_old_extended_sweep_reads_and_extending_writes_what_the_old_code_wrote(tmp_path):
@@ -43,16 +51,29 @@ def test_an_old_extended_sweep_reads_and_extending_writes_what_the_old_code_wrot
     assert record.rounds == (Round(2, 1), Round(3, 1, (2, 1)))
     here = replace(record, storage=str(tmp_path)).paths
     assert here.round_dirs == [str(tmp_path / "old"), str(tmp_path / "old" / "extend-1")]
-    assert record.to_json() | {"rounds": old["rounds"]} == old
+    assert record.to_json() == {**old, "version": 2}
     first = SweepRecord.from_json(json.loads((DATA / "sweep_state_dd9c428.json").read_text()))
     assert first.extended(old["space"], old["trials"]) == record
 
 
 def test_a_state_file_from_before_plans_reads_with_none():
-    old = json.loads((DATA / "sweep_state_dd9c428.json").read_text())
+    old = json.loads((DATA / "sweep_state_dd9c428_extended.json").read_text())
     del old["plan"]
     record = SweepRecord.from_json(old)
-    assert record.plan is None and "plan" in record.to_json()
+    assert record.plan is None and record.to_json()["plan"] is None
+
+
+@pytest.mark.parametrize("version", [3, 0, "2"])
+def test_a_record_of_a_version_this_code_does_not_read_is_one_line(tmp_path, version):
+    """A newer rhnsearch's record is refused, not read and written back without what it
+    added; nothing is written."""
+    record, _ = stored(tmp_path, "sweep_state_dd9c428_extended.json")
+    path = tmp_path / "old" / STATE_FILE
+    path.write_text(json.dumps({**record.to_json(), "version": version}))
+    before = path.read_bytes()
+    with pytest.raises(UserError, match=rf"{path} is of format version {version!r}, and this "):
+        read_record(str(tmp_path), "old")
+    assert path.read_bytes() == before
 
 
 def test_the_sweeps_paths_follow_the_layout(tmp_path):

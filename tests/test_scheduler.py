@@ -353,7 +353,7 @@ def test_a_state_file_written_before_settings_were_kept_still_reads(tmp_path):
     (A's seed 1) 1.5 and b0 2.0 stopped, c0 0.8 went on; at epoch 3 a0 0.5 went on. Read by
     today's scheduler, its trials keep their decisions whatever they report; a new replicate
     of A is judged on the rung as it is, then decides for A's later ones; c0 is judged at
-    epoch 3; the file keeps its keys and gains the settings."""
+    epoch 3; the file keeps its keys and gains the settings and its format's version."""
     state_file = tmp_path / "sweep" / "state.json"
     state_file.parent.mkdir()
     shutil.copy(ROOT / "tests" / "data" / "scheduler_state_76f1c81.json", state_file)
@@ -366,8 +366,10 @@ def test_a_state_file_written_before_settings_were_kept_still_reads(tmp_path):
     assert report(s, a2, 1, 0.9) == GO  # [0.8, 1, 1.5, 2]: 1
     assert report(s, a3, 1, 5.0) == GO  # A went on at epoch 1
     assert report(s, c0, 3, 0.6) == STOP  # [0.5]
+    assert "version" not in old
     assert json.loads(saved(state_file)) == {
         **old,
+        "version": 2,
         "rungs": {
             "rhn depth 1": {
                 "1": {**old["rungs"]["rhn depth 1"]["1"], "a2": 0.9},

@@ -1,11 +1,13 @@
 """Trainer: real JSB and ptb-sample runs, seeds, divergence, resume, lr schedule, CLI."""
 
+import dataclasses
 import json
 import math
 import subprocess
 import sys
 
 import pytest
+import torch
 
 from rhnsearch.errors import UserError
 from rhnsearch.train import Trainer, TrialConfig, epoch_reports
@@ -78,6 +80,29 @@ def test_resume_from_checkpoint_equals_uninterrupted_run(jsb, tmp_path):
     result = resumed.fit()
     assert losses(resumed.history) == losses(full.history)
     assert result["test_loss"] == full_result["test_loss"]
+
+
+def test_a_checkpoints_best_weights_are_its_best_epochs_on_the_cpu(jsb, tmp_path):
+    """`Trainer.best_weights`: what the sweep keeps as its best model (sweep/close.py): the
+    config and the weights of the best valid epoch, not the latest; before any epoch, the
+    latest."""
+    cfg = small(epochs=4, lr=2.0)
+    trainer = Trainer(cfg, jsb)
+    trainer.save(tmp_path)
+    config, weights = Trainer.best_weights(tmp_path)
+    assert config == dataclasses.asdict(cfg)
+    latest = trainer.model.state_dict()
+    assert all(torch.equal(weights[k], latest[k]) for k in latest)
+    for _ in range(4):
+        trainer.run_epoch()
+    trainer.save(tmp_path)
+    _, weights = Trainer.best_weights(tmp_path)
+    assert weights.keys() == trainer.best_state.keys()
+    assert all(torch.equal(weights[k], trainer.best_state[k]) for k in weights)
+    assert all(w.device.type == "cpu" for w in weights.values())
+    assert (trainer.best_epoch, trainer.epoch) == (2, 4)  # lr 2: the latest is not the best
+    latest = trainer.model.state_dict()
+    assert any(not torch.equal(weights[k], latest[k]) for k in weights)
 
 
 def test_a_trial_restored_from_its_last_epoch_still_ends_on_its_final_result(jsb, tmp_path):

@@ -12,6 +12,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from ..errors import UserError
+from ..tracking import schema
 
 MODEL_DIR = "model"  # the logged model's name, and the older layout's artifact folder
 MODEL_FILE = "model.pt"
@@ -41,9 +42,12 @@ def best_run_id(client: MlflowClient, experiment: str) -> str:
             f"no MLflow experiment {experiment!r}: use one of "
             f"{', '.join(names) or 'none (run a sweep first)'}"
         )
-    sweeps = client.search_runs([found.experiment_id], "tags.kind = 'sweep'", max_results=10000)
+    query = f"tags.{schema.KIND} = 'sweep'"
+    sweeps = client.search_runs([found.experiment_id], query, max_results=10000)
     best = [
-        client.get_run(r.data.tags["best_run_id"]) for r in sweeps if "best_run_id" in r.data.tags
+        client.get_run(r.data.tags[schema.BEST_RUN])
+        for r in sweeps
+        if schema.BEST_RUN in r.data.tags
     ]
     if not best:
         raise UserError(

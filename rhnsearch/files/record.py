@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass, fields, replace
 from ..errors import UserError, first_line
 from . import storage
 from .layout import SweepPaths
+from .parent_run import ParentRun
+from .versions import RECORD_VERSION, current_record
 
 
 @dataclass(frozen=True)
@@ -56,16 +58,16 @@ class Round:
 
     @classmethod
     def from_json(cls, data: dict) -> "Round":
-        confirm = data.get("confirm")
+        confirm = data.get("confirm")  # a confirmation round's only
         return cls(
             data["samples"],
             data["seeds"],
-            tuple(data.get("done", (0, 0))),
+            tuple(data["done"]),
             confirm and Confirmation.from_json(confirm),
         )
 
     def to_json(self) -> dict:
-        """The round's JSON (`confirm` only in a confirmation round: the keys of old files)."""
+        """The round's JSON (`confirm` only in a confirmation round)."""
         data = {**asdict(self), "done": list(self.done)}
         if self.confirm is None:
             del data["confirm"]
@@ -73,25 +75,9 @@ class Round:
 
 
 @dataclass(frozen=True)
-class ParentRun:
-    """Where a sweep's trials are recorded: the MLflow store at TRACKING_URI, its experiment and
-    the sweep's parent run (RUN_ID), under which each trial is a child run; PATHS: the sweep's
-    (its name tags the trials' runs; its local folder holds the records on their way)."""
-
-    tracking_uri: str
-    experiment_id: str
-    run_id: str
-    paths: SweepPaths
-
-    @property
-    def sweep(self) -> str:
-        return self.paths.name
-
-
-@dataclass(frozen=True)
 class SweepRecord:
-    """A sweep, as its state file holds it: the keys that earlier versions wrote, so that each
-    reads the other's files (a sweep never extended has no `rounds`)."""
+    """A sweep, as its state file holds it (`to_json`, with its format's `version`; the files
+    of earlier versions are read through `versions.current_record`)."""
 
     name: str
     space_path: str  # the space file, absolute
@@ -111,27 +97,24 @@ class SweepRecord:
     rounds: tuple[Round, ...]  # the first, then one per extend or confirm
 
     @classmethod
-    def from_json(cls, data: dict) -> "SweepRecord":
-        """The record of a state file's JSON; where it has no `plan` (before --plan) or no
-        `rounds` (a sweep never extended), none and one round of its space."""
-        space = data["space"]
-        rounds = data.get("rounds") or [{"samples": space["samples"], "seeds": space["seeds"]}]
+    def from_json(cls, data: dict, where: str = "the sweep's record") -> "SweepRecord":
+        """The record of a state file's JSON (read from WHERE), of any version."""
+        data = current_record(data, where)
+        del data["version"]
         return cls(
             **{
                 **data,
-                "plan": data.get("plan"),
                 "overrides": tuple(data["overrides"]),
-                "rounds": tuple(Round.from_json(r) for r in rounds),
+                "rounds": tuple(Round.from_json(r) for r in data["rounds"]),
             }
         )
 
     def to_json(self) -> dict:
-        """The state file's JSON (`rounds` only once the sweep has been extended)."""
-        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        """The state file's JSON, of this version (`versions.RECORD_VERSION`)."""
+        data = {"version": RECORD_VERSION}
+        data |= {f.name: getattr(self, f.name) for f in fields(self)}
         data["overrides"] = list(self.overrides)
         data["rounds"] = [r.to_json() for r in self.rounds]
-        if len(self.rounds) == 1:
-            del data["rounds"]
         return data
 
     @property
@@ -165,7 +148,7 @@ def read_record(root: str, name: str) -> SweepRecord:
             f"no sweep named {name!r} in {root}: known sweeps are "
             f"{', '.join(known) or 'none'} (pass --storage-path where it ran)"
         )
-    return SweepRecord.from_json(json.loads(text))
+    return SweepRecord.from_json(json.loads(text), SweepPaths(root, name).state)
 
 
 def write_record(record: SweepRecord):

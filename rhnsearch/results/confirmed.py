@@ -13,7 +13,7 @@ import pandas as pd
 from scipy import stats
 
 from ..errors import UserError
-from ..tracking import store
+from ..tracking import schema, store
 from . import arch_label, arch_order
 from .uncertainty import LEVEL, Gap, excludes_zero, shown, verdict
 
@@ -26,7 +26,7 @@ def confirmation_losses(trials: pd.DataFrame, metric: str = VALID) -> pd.DataFra
     finite METRIC (one of QUANTITIES): cell, confirms (the search trial they repeat), seed,
     loss (METRIC) and valid (best valid loss); a one-line UserError where the sweep has none."""
     column = f"metrics.{metric}"
-    confirm = trials[(trials["round"] == store.CONFIRM) & (trials["status"] == "completed")]
+    confirm = trials[(trials["round"] == schema.CONFIRM) & (trials["status"] == schema.COMPLETED)]
     if column in confirm:
         confirm = confirm[np.isfinite(confirm[column].astype(float))]
     if column not in confirm or confirm.empty:
@@ -143,7 +143,7 @@ def confirmed_finding(trials: pd.DataFrame, metric: str = VALID) -> pd.DataFrame
     and the verdict of the paper's claim (`uncertainty.verdict`); `claims.optimization_claims`
     words it."""
     best = confirmed_settings(trials, metric).query("best")
-    confirm = trials[trials["round"] == store.CONFIRM]
+    confirm = trials[trials["round"] == schema.CONFIRM]
     where = confirm.groupby("params.cell")[["params.arch", "params.depth"]].first()
     losses = confirmation_losses(trials, metric)
     seeds = {}

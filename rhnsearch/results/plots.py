@@ -2,8 +2,6 @@
 Each kind is drawn in a plot_* module of its own (plot_swarm, plot_depth, ...), imported from here.
 A finished sweep logs its study's figure and learning curves on its parent run."""
 
-import logging
-import tempfile
 import warnings
 from pathlib import Path
 
@@ -11,7 +9,7 @@ import matplotlib
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ..errors import UserError, first_line
+from ..errors import UserError
 from ..tracking import store
 from .export import atomic, check_out
 from .plot_curves import curves
@@ -31,15 +29,14 @@ __all__ = [  # the figures and bounds the report, the CLI, tests and benchmarks 
     "draw",
     "expected_best_curves",
     "importance_bars",
-    "log_sweep_plots",
     "make",
     "parallel",
     "plot",
     "save",
     "savefig",
     "swarm",
+    "sweep_figures",
 ]
-log = logging.getLogger(__name__)
 PLOT_OUT = (".png", ".svg")
 
 
@@ -116,25 +113,8 @@ def plot(
     return path
 
 
-def log_sweep_plots(client, experiment_id: str, parent_run_id: str, *, runs=None):
-    """Log the study's plots of a finished sweep as PNG artifacts (plots/) of its parent run
-    (from RUNS, its trial runs, where already read). Never raises: a plot that cannot be
-    drawn is a warning, not a failed sweep."""
-    try:
-        parent = client.get_run(parent_run_id)
-        exp = store.Experiment(
-            client.get_experiment(experiment_id).name, experiment_id, client.tracking_uri, client
-        )
-        chosen, trials = store.sweep_trials(exp, parent.data.tags.get("sweep"), runs=runs)
-        with tempfile.TemporaryDirectory() as tmp:
-            for kind in (kind_of(chosen).figure, "curves"):
-                save(draw(kind, chosen, trials, exp), Path(tmp) / f"{kind}.png")
-            client.log_artifacts(parent_run_id, tmp, "plots")
-    except Exception as exc:  # noqa: BLE001 - plots are a courtesy, the sweep has succeeded
-        log.warning(
-            "could not log the sweep's plots to MLflow run %s (%s: %s); draw them "
-            "with `rhnsearch results plot`",
-            parent_run_id,
-            type(exc).__name__,
-            first_line(exc),
-        )
+def sweep_figures(exp: store.Experiment, sweep: str, *, runs=None) -> dict[str, Figure]:
+    """The figures a finished SWEEP of EXP logs on its parent run: its study's figure and the
+    learning curves, by kind (from RUNS, its trial runs, where already read)."""
+    chosen, trials = store.sweep_trials(exp, sweep, runs=runs)
+    return {kind: draw(kind, chosen, trials, exp) for kind in (kind_of(chosen).figure, "curves")}

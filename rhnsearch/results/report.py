@@ -5,8 +5,6 @@ Figures are embedded as base64 PNG; the page has no script and loads nothing fro
 
 import base64
 import io
-import logging
-import tempfile
 from html import escape
 from pathlib import Path
 
@@ -14,15 +12,14 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ..errors import UserError, first_line
+from ..errors import UserError
 from ..provenance import TAGS
-from ..tracking import store
+from ..tracking import schema, store
 from . import arch_label, claims, confirmed, importance, plots, tables
 from .export import atomic, check_out, html_table
 from .report_header import facts, header
 from .studies import Kind, kind_of
 
-log = logging.getLogger(__name__)
 REPORT_OUT = (".html",)
 SECTIONS = {
     "header": "Sweep",
@@ -183,7 +180,7 @@ def confirmed_section(chosen: pd.Series, every: pd.DataFrame) -> str:
     """The confirmation round's tables (`results/confirmed.py`) in the sweep's quantity and,
     for a study with claims (the JSB optimization study), its finding on them in words, beside
     the same on validation where the quantity is another; or how to run one."""
-    if not (every["round"] == store.CONFIRM).any():
+    if not (every["round"] == schema.CONFIRM).any():
         return note(
             "No confirmation round: `rhnsearch sweep confirm NAME --top K --seeds N` re-trains "
             "each cell's K best settings with N new seeds at the full budget, without early "
@@ -224,7 +221,7 @@ def confirmed_section(chosen: pd.Series, every: pd.DataFrame) -> str:
 def confirmed_claims(kind: Kind, every: pd.DataFrame, metric: str, table_id: str) -> str:
     """The paper's claims measured in METRIC on the confirmed settings, as table TABLE_ID and
     in words ('' for a study without claims, or where the confirmed cells span one depth)."""
-    confirm = every[every["round"] == store.CONFIRM]
+    confirm = every[every["round"] == schema.CONFIRM]
     if kind.claims is None or confirm["params.depth"].nunique() < 2:
         return ""
     finding = confirmed.confirmed_finding(every, metric)
@@ -339,7 +336,7 @@ def render(exp: store.Experiment, sweep: str | None = None, top: int = 5, *, run
     every = store.trials_frame(exp, runs, chosen["sweep"])
     trials = store.search_trials(every)
     parent = exp.client.get_run(chosen["run_id"])
-    children = [r for r in runs if r.tags.get("mlflow.parentRunId") == chosen["run_id"]]
+    children = [r for r in runs if r.tags.get(schema.PARENT_RUN) == chosen["run_id"]]
     measured = measured_finding(chosen, trials)
     title = f"{exp.name} · sweep {chosen['sweep']} · {tables.sweep_dataset(trials)}"
     body = {
@@ -381,27 +378,3 @@ def report(
     with atomic(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
     return path
-
-
-def log_sweep_report(client, experiment_id: str, parent_run_id: str, *, runs=None):
-    """Log a finished sweep's report page as report/report.html on its parent run (from RUNS,
-    its trial runs, where already read). Never raises: a report that cannot be made is a
-    warning, not a failed sweep."""
-    try:
-        parent = client.get_run(parent_run_id)
-        exp = store.Experiment(
-            client.get_experiment(experiment_id).name, experiment_id, client.tracking_uri, client
-        )
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "report.html"
-            text = render(exp, parent.data.tags.get("sweep"), runs=runs)
-            path.write_text(text, encoding="utf-8")
-            client.log_artifact(parent_run_id, str(path), "report")
-    except Exception as exc:  # noqa: BLE001 - the report is a courtesy, the sweep has succeeded
-        log.warning(
-            "could not log the sweep's report to MLflow run %s (%s: %s); write it "
-            "with `rhnsearch results report`",
-            parent_run_id,
-            type(exc).__name__,
-            first_line(exc),
-        )

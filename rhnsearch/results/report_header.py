@@ -6,12 +6,10 @@ from html import escape
 
 import pandas as pd
 
-from ..tracking import store
+from ..tracking import schema, store
 from ..tracking.phases import Phase, phases
 from . import tables
 from .export import html_table
-
-STATUSES = ("completed", "stopped", "diverged", "failed", "running")
 
 
 def facts(rows: list[tuple[str, str]], table_id: str) -> str:
@@ -29,8 +27,8 @@ def header(exp: store.Experiment, chosen: pd.Series, trials: pd.DataFrame, paren
     several rounds (extended, confirmed) with each round's times beside the search's."""
     metrics, info = parent.data.metrics, parent.info
     counts = trials["status"].value_counts()
-    status = [(s, int(counts.get(s, 0))) for s in STATUSES] + [
-        (s, int(n)) for s, n in counts.items() if s not in STATUSES
+    status = [(s, int(counts.get(s, 0))) for s in schema.STATUSES] + [
+        (s, int(n)) for s, n in counts.items() if s not in schema.STATUSES
     ]
     rows = [
         ("experiment", exp.name),

@@ -3,16 +3,16 @@
 import numpy as np
 import pandas as pd
 
+from ..tracking import schema
 from . import arch_label, arch_order, dataset_label, published, uncertainty
 from .expected_best import BEST_OF, expected_best
 
 TABLE_OUT = (".md", ".tex", ".csv")
-FINISHED = ("completed", "stopped")
 
 
 def finished(trials: pd.DataFrame, metric: str) -> pd.Series:
     """Trials that ended normally (completed, or stopped early by ASHA) with a finite METRIC."""
-    return trials["status"].isin(FINISHED) & np.isfinite(trials[f"metrics.{metric}"])
+    return trials["status"].isin(schema.FINISHED) & np.isfinite(trials[f"metrics.{metric}"])
 
 
 def cell_status(run: pd.Series) -> str:

@@ -13,7 +13,7 @@ import numpy as np
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from ..compat import ray as ray_compat
-from ..files import storage
+from ..files import storage, versions
 
 log = logging.getLogger(__name__)
 CONTINUE, STOP = TrialScheduler.CONTINUE, TrialScheduler.STOP
@@ -52,7 +52,7 @@ class LiveFIFOScheduler(FIFOScheduler):
         self._adds = 0  # when it recovers a failed trial: to the end of its list)
 
     def __setstate__(self, state: dict):
-        self.__dict__.update({"_added": {}, "_adds": 0, **state})  # (pickled before they were)
+        self.__dict__.update(versions.fifo_state(state))
 
     def on_trial_add(self, tune_controller, trial):
         self._added[trial.trial_id], self._adds = self._adds, self._adds + 1
@@ -183,8 +183,8 @@ class CellASHAScheduler(LiveFIFOScheduler):
     def _load(self) -> dict:
         if self._state is None:
             text = storage.read_text(self.state_file) if self.state_file else None
-            saved = json.loads(text) if text else {}
-            self._state = {k: saved.get(k, {}) for k in ("rungs", "settings", "stopped")}
+            saved = versions.current_scheduler_state(json.loads(text or "{}"), self.state_file)
+            self._state = {k: saved[k] for k in ("rungs", "settings", "stopped")}
             if text:
                 log.info(
                     "scheduler state read from %s: %d trials stopped so far",
@@ -204,6 +204,7 @@ class CellASHAScheduler(LiveFIFOScheduler):
         with STATE_LOCK:
             return json.dumps(
                 {
+                    "version": versions.SCHEDULER_VERSION,
                     "per_cell": self.per_cell,
                     "metric": self._metric,
                     "mode": self._mode,

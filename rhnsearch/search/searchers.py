@@ -26,7 +26,7 @@ from optuna.trial import TrialState
 from ray import tune
 from ray.tune.search import Searcher
 
-from ..files import storage
+from ..files import storage, versions
 from ..files.layout import OPTUNA_JOURNAL
 from ..models import resolve_arch
 from .space import Distribution, Space
@@ -142,9 +142,7 @@ class CellStudies(CellSearcher):
         return {**self.__dict__, "studies": {}, "journal": None}
 
     def __setstate__(self, state: dict):
-        if "experiment" in state:  # pickled (tuner.pkl) by rhnsearch 0.2
-            state["sweep_dir"] = state.pop("experiment")
-        self.__dict__.update({"journal": None, **state})
+        self.__dict__.update(versions.searcher_state(state))
 
     def storage(self) -> JournalStorage:
         """The sweep's journal, one storage for every cell's study: a storage replays and holds

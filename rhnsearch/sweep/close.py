@@ -5,6 +5,7 @@ results or the analysis."""
 
 import logging
 import sqlite3
+import tempfile
 import time
 from pathlib import Path
 
@@ -13,9 +14,8 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from ..errors import UserError, first_line
-from ..files.layout import CHECKPOINT_FILE
 from ..files.record import ParentRun, SweepRecord
-from ..tracking import database, histories, snapshot
+from ..tracking import database, histories, schema, snapshot, store
 from ..tracking.runs import StoredRun, matching
 from .checkpoints import saved_trial_ids
 
@@ -63,7 +63,7 @@ def close_sweep(
         if summary["best"]:
             if record.space.get("keep_model") == "best":
                 keep_best_model(client, checkpoints, summary["best"], record)
-            client.set_tag(parent, "best_run_id", summary["best"]["run_id"])
+            client.set_tag(parent, schema.BEST_RUN, summary["best"]["run_id"])
         now, step = int(time.time() * 1000), len(record.rounds) - 1  # a step a round
         per_cell = [
             Metric(f"{unit}/{cell}", value, now, step)
@@ -79,15 +79,47 @@ def close_sweep(
             ]
             + per_cell,
         )
-        from ..results.plots import log_sweep_plots  # matplotlib: only once a sweep closes
-        from ..results.report import log_sweep_report
-
         snapshot.log_histories(client, parent, long)
-        log_sweep_plots(client, record.experiment_id, parent, runs=runs)  # not listed again
-        log_sweep_report(client, record.experiment_id, parent, runs=runs)
+        log_results(client, record, runs)  # the runs read once, not listed again
         client.set_terminated(parent, "FINISHED")
         gather_statistics(record.tracking_uri)
     return summary
+
+
+def log_results(client: MlflowClient, record: SweepRecord, runs: list[StoredRun]):
+    """The study's figures (plots/, PNG) and report page (report/report.html) of the sweep,
+    made by results/ from its trial RUNS, logged on its parent run. Never raises: one that
+    cannot be made is a warning that names the command that makes it, not a failed sweep."""
+    from ..results import plots, report  # matplotlib: only once a sweep closes
+
+    name = client.get_experiment(record.experiment_id).name
+    exp = store.Experiment(name, record.experiment_id, record.tracking_uri, client)
+
+    def figures(out: Path):
+        for kind, fig in plots.sweep_figures(exp, record.name, runs=runs).items():
+            plots.save(fig, out / f"{kind}.png")
+
+    def page(out: Path):
+        (out / "report.html").write_text(report.render(exp, record.name, runs=runs), "utf-8")
+
+    for what, write, folder, command in (
+        ("plots", figures, schema.PLOTS_DIR, "results plot"),
+        ("report", page, schema.REPORT_DIR, "results report"),
+    ):
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                write(Path(tmp))
+                client.log_artifacts(record.parent_run_id, tmp, folder)
+        except Exception as exc:  # noqa: BLE001 - a courtesy: the sweep has succeeded
+            log.warning(
+                "could not log the sweep's %s to MLflow run %s (%s: %s); make it with "
+                "`rhnsearch %s`",
+                what,
+                record.parent_run_id,
+                type(exc).__name__,
+                first_line(exc),
+                command,
+            )
 
 
 def gather_statistics(uri: str):
@@ -121,7 +153,7 @@ def drop_lost_runs(client: MlflowClient, parent: ParentRun) -> list[StoredRun]:
         )
         return runs
     trials = set().union(*saved)
-    lost = [run for run in runs if run.tags.get("trial_id") not in trials]
+    lost = [run for run in runs if run.tags.get(schema.TRIAL_ID) not in trials]
     for run in lost:
         client.delete_run(run.run_id)
     if lost:
@@ -130,12 +162,12 @@ def drop_lost_runs(client: MlflowClient, parent: ParentRun) -> list[StoredRun]:
             "Tune saved them; the resumed sweep ran them again",
             len(lost),
         )
-    return [run for run in runs if run.tags.get("trial_id") in trials]
+    return [run for run in runs if run.tags.get(schema.TRIAL_ID) in trials]
 
 
 def child_runs(client: MlflowClient, parent: ParentRun) -> list[StoredRun]:
     return matching(
-        parent.tracking_uri, client, parent.experiment_id, {"mlflow.parentRunId": parent.run_id}
+        parent.tracking_uri, client, parent.experiment_id, {schema.PARENT_RUN: parent.run_id}
     )
 
 
@@ -154,23 +186,23 @@ def summarize(runs: list, long, name: str) -> dict:
     """Counts by status and the best trial of the sweep's MLflow RUNS, the training time in
     their histories LONG (histories.read's rows), the device-hours they held and the epochs
     they trained."""
-    counts = {s: 0 for s in ("completed", "stopped", "diverged", "failed", "running")}
+    counts = dict.fromkeys(schema.STATUSES, 0)
     train_seconds = float(long.loc[long["key"] == "epoch_seconds", "value"].sum())
     held = spent(runs)
     best = None
     for run in runs:
-        status = run.tags.get("status", "running")
+        status = run.tags.get(schema.STATUS, schema.RUNNING)
         counts[status] = counts.get(status, 0) + 1
         loss = run.metrics.get("best_valid_loss")
         if (
-            status in ("completed", "stopped")
+            status in schema.FINISHED
             and loss is not None
             and loss == loss
             and (best is None or loss < best["best_valid_loss"])
         ):
             best = {
                 "run_id": run.run_id,
-                "trial_id": run.tags.get("trial_id"),
+                "trial_id": run.tags.get(schema.TRIAL_ID),
                 "best_valid_loss": loss,
                 "params": run.params,
             }
@@ -191,21 +223,20 @@ def keep_best_model(client: MlflowClient, checkpoints: dict, best: dict, record:
     """Log the best trial's config and best-valid weights (from its latest checkpoint, in
     CHECKPOINTS by trial id) as the MLflow model of its run, and register it as a new version
     of the space's register_model, if it names one."""
-    import torch
-
     from ..analysis.mlflow_model import keep_model
+    from ..train import Trainer
 
     checkpoint = checkpoints.get(best["trial_id"])
     if checkpoint is None:
         return
     with checkpoint.as_directory() as ckpt:
-        saved = torch.load(Path(ckpt) / CHECKPOINT_FILE, weights_only=True)
+        config, weights = Trainer.best_weights(ckpt)
     keep_model(
         client,
         best["run_id"],
-        saved["config"],
-        saved["best_state"] or saved["model"],
+        config,
+        weights,
         record.data_dir,
         record.space.get("register_model"),
-        {"study": record.space["study"], "sweep": record.name},
+        {schema.STUDY: record.space["study"], schema.SWEEP: record.name},
     )

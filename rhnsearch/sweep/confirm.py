@@ -7,9 +7,9 @@ import pandas as pd
 from ..errors import UserError
 from ..files.record import Confirmation, Confirmed
 from ..search.space import Space
+from ..tracking import schema
 from ..tracking.store import search_trials
 
-FINISHED = ("completed", "stopped")  # as the tables count a trial (results.tables.FINISHED)
 LOSS = "metrics.best_valid_loss"
 
 
@@ -27,7 +27,7 @@ def top_settings(trials: pd.DataFrame, cells: list[str], top: int, params: list[
         params: the names of the sampled hyperparameters (not the seed).
     """
     search = search_trials(trials)
-    ok = search["status"].isin(FINISHED) & np.isfinite(search[LOSS].astype(float))
+    ok = search["status"].isin(schema.FINISHED) & np.isfinite(search[LOSS].astype(float))
     keys = ["params.cell", *(f"params.{p}" for p in params if f"params.{p}" in search)]
     ranked = search[ok].sort_values([LOSS, "trial_id"], kind="stable")
     best = ranked.drop_duplicates(keys)  # a setting by its best seed

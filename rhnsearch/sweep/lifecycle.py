@@ -28,10 +28,11 @@ from ..errors import UserError, first_line
 from ..files import storage
 from ..files.layout import sweep_storage
 from ..files.record import Confirmation, SweepRecord, read_record, write_record
+from ..files.versions import read_moved_modules
 from ..provenance import provenance_tags
 from ..search.plan import planned_hours, planned_rounds
 from ..search.space import Space
-from ..tracking import store
+from ..tracking import schema, store
 from ..tracking.datasets import dataset_input
 from ..tracking.sender import drain_seconds, sender_for
 from ..tracking.uris import check_store, get_experiment, open_store
@@ -45,7 +46,7 @@ from .checks import check_sweep_writable, checked_sweep
 from .close import close_sweep
 from .confirm import confirmation
 from .tuner import build_scheduler as build_scheduler  # imported from here by tests/
-from .tuner import build_tuner, read_moved_modules, restored_round
+from .tuner import build_tuner, restored_round
 
 log = logging.getLogger(__name__)
 
@@ -134,12 +135,12 @@ def recorded_sweep(draft: SweepRecord, space: Space, experiment: str) -> SweepRe
         experiment_id,
         run_name=draft.name,
         tags={
-            "sweep": draft.name,
-            "study": space.study,
-            "report": space.report,
-            "quantity": space.quantity,
-            "preset": draft.preset or "base",
-            "kind": "sweep",
+            schema.SWEEP: draft.name,
+            schema.STUDY: space.study,
+            schema.REPORT: space.report,
+            schema.QUANTITY: space.quantity,
+            schema.PRESET: draft.preset or "base",
+            schema.KIND: "sweep",
             **provenance_tags(),
         },
     )
@@ -167,9 +168,9 @@ def log_sweep_params(client: MlflowClient, record: SweepRecord, space: Space):
         ("storage", record.storage),
     ]:
         client.log_param(run_id, key, value)
-    client.log_dict(run_id, record.space, "space.json")
+    client.log_dict(run_id, record.space, schema.SPACE_ARTIFACT)
     if record.plan:  # planned device-hours beside those the trials will log as spent
-        client.log_dict(run_id, record.plan, "plan.json")
+        client.log_dict(run_id, record.plan, schema.PLAN_ARTIFACT)
         hours, now = planned_hours(record.plan), int(time.time() * 1000)
         client.log_batch(
             run_id,
@@ -243,7 +244,7 @@ def mark_resumed(record: SweepRecord):
     records kept in the journal until MLflow answers."""
     when = datetime.now().isoformat(timespec="seconds")
     try:
-        MlflowClient(record.tracking_uri).set_tag(record.parent_run_id, "resumed", when)
+        MlflowClient(record.tracking_uri).set_tag(record.parent_run_id, schema.RESUMED, when)
     except MlflowException as error:
         log.warning(
             "sweep %s: its parent run is not tagged resumed: %s", record.name, first_line(error)
@@ -317,11 +318,11 @@ def extend_sweep(
     client.update_run(parent, status="RUNNING")
     client.set_tag(
         parent,
-        f"extended_{len(record.rounds) - 1}",
+        schema.extended_tag(len(record.rounds) - 1),
         f"{space.samples} -> {samples} settings a cell, {space.seeds} -> {seeds} seeds a "
         f"setting ({datetime.now().isoformat(timespec='seconds')})",
     )
-    client.log_dict(parent, record.space, "space.json")
+    client.log_dict(parent, record.space, schema.SPACE_ARTIFACT)
     return finish(build_tuner(extended, record), record, on_start)
 
 
@@ -366,7 +367,7 @@ def confirm_sweep(
     client.update_run(record.parent_run_id, status="RUNNING")
     client.set_tag(
         record.parent_run_id,
-        f"confirmed_{len(record.rounds) - 1}",
+        schema.confirmed_tag(len(record.rounds) - 1),
         f"the {top} best setting(s) a cell with seeds {', '.join(map(str, confirm.seeds))}, "
         f"{confirm.epochs} epochs ({datetime.now().isoformat(timespec='seconds')})",
     )

@@ -11,10 +11,9 @@ from mlflow.tracking import MlflowClient
 from ..files.layout import sweep_storage
 from ..files.record import SweepRecord, read_record
 from ..search.plan import planned_hours
+from ..tracking.schema import RUNNING, STATUS
 from ..tracking.uris import existing_store
 from .close import child_runs, spent
-
-RUNNING = "running"  # a trial run's `status` tag until it ends
 
 
 @dataclass(frozen=True)
@@ -97,7 +96,7 @@ def trial(run) -> Trial:
     return Trial(
         run.run_id,
         run.params.get("cell", "?"),
-        run.tags.get("status", RUNNING),
+        run.tags.get(STATUS, RUNNING),
         int(run.metrics.get("epoch", 0)),
         best if best is not None and math.isfinite(best) else None,
         run.end_time,

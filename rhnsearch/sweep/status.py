@@ -9,6 +9,7 @@ from mlflow.tracking import MlflowClient
 from ..files.layout import sweep_storage
 from ..files.record import read_record
 from ..search.plan import planned_hours
+from ..tracking import schema
 from ..tracking.phases import phases
 from ..tracking.uris import existing_store
 from .close import HOURS, child_runs, spent
@@ -24,7 +25,7 @@ def sweep_status(name: str, storage_path: str | None = None) -> dict:
     runs = child_runs(client, record.parent_run)
     statuses = {}
     for run in runs:
-        status = run.tags.get("status", "running")
+        status = run.tags.get(schema.STATUS, schema.RUNNING)
         statuses[status] = statuses.get(status, 0) + 1
     plan = planned_hours(record.plan) if record.plan else None
     gpu = record.space["resources"]["gpu"] > 0
@@ -36,7 +37,8 @@ def sweep_status(name: str, storage_path: str | None = None) -> dict:
             "cell": label,
             "trials": per_cell,
             "ended": sum(
-                r.params.get("cell") == label and r.tags.get("status", "running") != "running"
+                r.params.get("cell") == label
+                and r.tags.get(schema.STATUS, schema.RUNNING) != schema.RUNNING
                 for r in runs
             ),
             "spent": held.get(label, {}).get(unit, 0.0),

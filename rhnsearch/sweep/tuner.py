@@ -3,9 +3,6 @@ and storage), or restored from Tune's saved state, where a Tuner pickled before 
 modules moved is read under their new names.
 """
 
-import importlib
-import sys
-
 from ray import tune
 
 from ..cluster.connect import trial_slots
@@ -117,35 +114,3 @@ def restored_round(path: str, filesystem, space: Space, record: SweepRecord) -> 
         elif isinstance(part, CellStudies):
             part.sweep_dir = record.paths.sweep
     return tuner
-
-
-# The modules that moved (those of rhnsearch 0.2, and the sweep's files and submission since),
-# and where they are now: Tune's saved state of a sweep written before (tuner.pkl, the
-# searcher's state) pickled objects under the old names.
-MOVED_MODULES = {
-    "rhnsearch.search.sweep": "rhnsearch.sweep.lifecycle",
-    "rhnsearch.search.status": "rhnsearch.sweep.status",
-    "rhnsearch.search.trainable": "rhnsearch.sweep.trainable",
-    "rhnsearch.search.checkpoints": "rhnsearch.sweep.checkpoints",
-    "rhnsearch.search.cluster": "rhnsearch.cluster.connect",
-    "rhnsearch.search.jobs": "rhnsearch.sweep.jobs",
-    "rhnsearch.search.slurm": "rhnsearch.sweep.slurm",
-    "rhnsearch.search.storage": "rhnsearch.files.storage",
-    "rhnsearch.search.tracking": "rhnsearch.tracking.callback",
-    "rhnsearch.tracking_store": "rhnsearch.tracking.uris",
-    "rhnsearch.results.histories": "rhnsearch.tracking.histories",
-    "rhnsearch.results.snapshot": "rhnsearch.tracking.snapshot",
-    "rhnsearch.results.store": "rhnsearch.tracking.store",
-    "rhnsearch.data.recorded": "rhnsearch.tracking.datasets",
-    "rhnsearch.cluster.jobs": "rhnsearch.sweep.jobs",
-    "rhnsearch.cluster.slurm": "rhnsearch.sweep.slurm",
-    "rhnsearch.cluster.storage": "rhnsearch.files.storage",
-    "rhnsearch.sweep.layout": "rhnsearch.files.layout",
-    "rhnsearch.sweep.record": "rhnsearch.files.record",
-}
-
-
-def read_moved_modules():
-    """Let a Tuner pickled before the modules moved be read: their old names point at the new."""
-    for old, new in MOVED_MODULES.items():
-        sys.modules.setdefault(old, importlib.import_module(new))

@@ -12,11 +12,11 @@ from pathlib import Path
 from mlflow.entities import Metric, Param, RunTag
 from ray.tune import Callback
 
-from ..files.layout import SweepPaths
-from ..files.record import ParentRun
+from ..files import versions
+from ..files.parent_run import ParentRun
 from ..search.trial import TrialSpec
+from . import schema
 from .sender import sender_for
-from .store import CONFIRM
 
 SKIP_RESULT_KEYS = {
     "status",
@@ -65,15 +65,7 @@ class MLflowTracker(Callback):
         return {**self.__dict__, "sender": None}
 
     def __setstate__(self, state: dict):
-        if "run" not in state:  # pickled (tuner.pkl) by a version before the sweep's record
-            paths = SweepPaths.of_folder(state.pop("experiment"), state.pop("sweep"))
-            state["run"] = ParentRun(
-                state.pop("tracking_uri"),
-                state.pop("experiment_id"),
-                state.pop("parent_run_id"),
-                paths,
-            )
-        self.__dict__.update(state)
+        self.__dict__.update(versions.tracker_state(state))
 
     def setup(self, **info):
         self._reset()
@@ -107,7 +99,7 @@ class MLflowTracker(Callback):
             name=f"{spec.config.arch}-d{spec.config.depth}-{trial.trial_id}",
             dataset=spec.config.dataset,
             params=[Param(k, v) for k, v in spec.mlflow_params().items()],
-            tags=[RunTag("round", CONFIRM)] if spec.confirms else [],
+            tags=[RunTag(schema.ROUND, schema.CONFIRM)] if spec.confirms else [],
         )
 
     def on_trial_start(self, iteration, trials, trial, **info):
@@ -137,10 +129,10 @@ class MLflowTracker(Callback):
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         result = trial.last_result or {}
-        status = result.get("status", "running")
-        tags = [RunTag("status", status if status != "running" else "stopped")]
-        if status == "running":
-            tags.append(RunTag("stopped_at_epoch", str(result.get("epoch", 0))))
+        status = result.get("status", schema.RUNNING)
+        tags = [RunTag(schema.STATUS, status if status != schema.RUNNING else schema.STOPPED)]
+        if status == schema.RUNNING:
+            tags.append(RunTag(schema.STOPPED_AT_EPOCH, str(result.get("epoch", 0))))
         self.start_run(trial)
         self._record(trial.trial_id, tags=tags, end="FINISHED")
 
@@ -148,7 +140,7 @@ class MLflowTracker(Callback):
         self.start_run(trial)
         self._record(
             trial.trial_id,
-            tags=[RunTag("status", "failed"), RunTag("error", error_line(trial))],
+            tags=[RunTag(schema.STATUS, schema.FAILED), RunTag(schema.ERROR, error_line(trial))],
             end="FAILED",
         )
 

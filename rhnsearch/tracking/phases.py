@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 from mlflow.tracking import MlflowClient
 
+from .schema import confirmed_tag
+
 HOURS = ("cpu_hours", "gpu_hours")
 CUMULATIVE = (*HOURS, "trial_epochs")  # of every trial so far, at each close
 
@@ -26,7 +28,7 @@ class Phase:
 def phase_name(index: int, tags: dict) -> str:
     if index == 0:
         return "search"
-    return f"confirmation {index}" if f"confirmed_{index}" in tags else f"extension {index}"
+    return f"confirmation {index}" if confirmed_tag(index) in tags else f"extension {index}"
 
 
 def closes(client: MlflowClient, run_id: str, key: str) -> list[float]:

@@ -17,8 +17,9 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 from ..errors import UserError, first_line
-from ..files.record import ParentRun
+from ..files.parent_run import ParentRun
 from ..provenance import provenance_tags
+from . import schema
 from .datasets import dataset_input
 from .journal import Journal
 from .runs import StoredRun, matching
@@ -160,12 +161,12 @@ class Sender:
         """What MLflow already has of this sweep (a resumed sweep reuses its runs): from a
         database store's tables, which a resume at thousands of trials reads in seconds where
         MlflowClient takes a minute."""
-        tags = {"mlflow.parentRunId": self.parent}
+        tags = {schema.PARENT_RUN: self.parent}
         for run in matching(self.uri, self._mlflow(), self.experiment_id, tags):
             self._know(run)
 
     def _know(self, run: StoredRun):
-        trial_id = run.tags.get("trial_id")
+        trial_id = run.tags.get(schema.TRIAL_ID)
         if trial_id:
             self.runs[trial_id] = run.run_id
             self.max_epoch[trial_id] = int(run.metrics.get("epoch", 0))
@@ -180,7 +181,8 @@ class Sender:
         if trial_id not in self.runs:
             found = trial_id in self.unsure and self._mlflow().search_runs(
                 [self.experiment_id],
-                f"tags.mlflow.parentRunId = '{self.parent}' and tags.trial_id = '{trial_id}'",
+                f"tags.{schema.PARENT_RUN} = '{self.parent}' "
+                f"and tags.{schema.TRIAL_ID} = '{trial_id}'",
                 max_results=1,
             )
             if found:
@@ -192,11 +194,11 @@ class Sender:
                     run_name=name,
                     tags={
                         **provenance_tags(),
-                        "mlflow.parentRunId": self.parent,
-                        "kind": "trial",
-                        "trial_id": trial_id,
-                        "sweep": self.sweep,
-                        "status": "running",
+                        schema.PARENT_RUN: self.parent,
+                        schema.KIND: "trial",
+                        schema.TRIAL_ID: trial_id,
+                        schema.SWEEP: self.sweep,
+                        schema.STATUS: schema.RUNNING,
                     },
                 )
                 self.runs[trial_id] = run.info.run_id

@@ -15,7 +15,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-ARTIFACT = "histories.parquet"
+from . import schema
+
 SCHEMA = pa.schema(
     [("run_id", pa.string()), ("key", pa.string()), ("step", pa.int64()), ("value", pa.float64())]
 )
@@ -25,7 +26,7 @@ EMPTY = SCHEMA.empty_table().to_pandas()
 def log_histories(client, parent_run_id: str, long: pd.DataFrame):
     """Log LONG (histories.read's rows of the sweep's trials) as the parent run's table."""
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / ARTIFACT
+        path = Path(tmp) / schema.HISTORIES_ARTIFACT
         pq.write_table(
             pa.Table.from_pandas(long[SCHEMA.names], schema=SCHEMA, preserve_index=False), path
         )
@@ -68,7 +69,7 @@ def _download(client, parent_run_id: str) -> pd.DataFrame | None:
     """The parent run's table, or None where it has none (or it cannot be read)."""
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            path = client.download_artifacts(parent_run_id, ARTIFACT, tmp)
+            path = client.download_artifacts(parent_run_id, schema.HISTORIES_ARTIFACT, tmp)
             return pq.read_table(path, schema=SCHEMA).to_pandas()
         except Exception:  # noqa: BLE001 - no table, or a broken one: read the store instead
             return None

@@ -18,7 +18,7 @@ from mlflow.tracking import MlflowClient
 
 from ..errors import UserError
 from ..provenance import COMMIT_TAG, TAGS
-from . import database, histories, snapshot
+from . import database, histories, schema, snapshot
 from .runs import StoredRun, all_runs, matching
 from .uris import existing_store
 
@@ -36,7 +36,6 @@ ID_COLUMNS = [
     "start_time",
     "end_time",
 ]
-CONFIRM = "confirm"  # the `round` tag of a confirmation trial (`sweep confirm`); else "search"
 FIRST_PARAMS = ["study", "dataset", "preset", "arch", "depth", "width", "tied", "n_params"]
 FIRST_METRICS = ["epoch", "train_loss", "valid_loss", "best_valid_loss", "test_loss", "best_epoch"]
 NOT_SETTINGS = {"params.seed", "params.width", "params.n_params", "params.cell", "params.confirms"}
@@ -78,7 +77,7 @@ def sweeps(exp: Experiment) -> pd.DataFrame:
     """The experiment's sweeps (parent runs), oldest first."""
     rows = [
         {
-            "sweep": r.data.tags.get("sweep", r.info.run_name),
+            "sweep": r.data.tags.get(schema.SWEEP, r.info.run_name),
             "run_id": r.info.run_id,
             "study": r.data.tags.get("study"),
             "report": r.data.tags.get("report"),
@@ -155,7 +154,7 @@ def _ordered(names, first) -> list:
 
 def trial_runs(exp: Experiment, sweep: str | None = None) -> list[StoredRun]:
     """The trial (child) runs of the experiment, or of one sweep, newest first."""
-    tags = {"mlflow.parentRunId": None} | ({} if sweep is None else {"sweep": sweep})
+    tags = {schema.PARENT_RUN: None} | ({} if sweep is None else {schema.SWEEP: sweep})
     return matching(exp.tracking_uri, exp.client, exp.id, tags)
 
 
@@ -180,14 +179,14 @@ def trials_frame(exp: Experiment, runs: list[StoredRun], sweep: str | None = Non
         ids.append(
             {
                 "experiment": exp.name,
-                "sweep": tags.get("sweep"),
-                "parent_run_id": tags.get("mlflow.parentRunId"),
+                "sweep": tags.get(schema.SWEEP),
+                "parent_run_id": tags.get(schema.PARENT_RUN),
                 "run_id": run.run_id,
                 "run_name": run.run_name,
-                "trial_id": tags.get("trial_id"),
-                "round": tags.get("round", "search"),
-                "status": tags.get("status", "running"),
-                "stopped_at_epoch": tags.get("stopped_at_epoch"),
+                "trial_id": tags.get(schema.TRIAL_ID),
+                "round": tags.get(schema.ROUND, schema.SEARCH),
+                "status": tags.get(schema.STATUS, schema.RUNNING),
+                "stopped_at_epoch": tags.get(schema.STOPPED_AT_EPOCH),
                 "run_status": run.status,
                 "start_time": run.start_time,
                 "end_time": run.end_time,
@@ -267,7 +266,7 @@ def history(exp: Experiment, runs: pd.DataFrame) -> pd.DataFrame:
 def search_trials(trials: pd.DataFrame) -> pd.DataFrame:
     """TRIALS but the confirmation trials (`sweep confirm`): the search's, one per setting and
     seed, which the tables, plots and findings compare."""
-    kept = trials[trials["round"] != CONFIRM].reset_index(drop=True)
+    kept = trials[trials["round"] != schema.CONFIRM].reset_index(drop=True)
     return kept.drop(columns="params.confirms", errors="ignore")
 
 
