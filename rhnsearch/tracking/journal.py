@@ -8,6 +8,7 @@ a resume on another machine sends them (`files.layout`: PENDING_FILE, SENT_FILE)
 import json
 import os
 import re
+import shutil
 import threading
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from ..files import storage
 from ..files.layout import PENDING_FILE, SENT_FILE
 
 COMPACT_BYTES = 4 << 20  # a journal this large is rewritten with its unsent records only
-NUMBER = re.compile(r'"seq": (\d+)}$')  # a line's number: `append` writes it last
+NUMBER = re.compile(rb'"seq": (\d+)}$')  # a line's number: `append` writes it last
 
 
 def lines(records: list[dict]) -> str:
@@ -45,6 +46,9 @@ class Journal:
         self.sent_path = Path(directory) / SENT_FILE
         self.mirror = mirror
         self.lock = threading.Lock()
+        # where the last read ended: (the file's inode, the last record's number, the offset
+        # after its line), so that the next read from there reads only what follows it
+        self.cursor = (None, 0, 0)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._cut_torn_line()
         self.last = max([self.sent(), *(r["seq"] for r in self.records(self.sent()))])
@@ -80,21 +84,45 @@ class Journal:
         return int(self.sent_path.read_text()) if self.sent_path.exists() else 0
 
     def records(self, after: int = 0, limit: int | None = None) -> list[dict]:
-        """The journal's records numbered above `after`, the first `limit` of them (None: all).
-        The lines numbered up to `after` are skipped unparsed: a sender that catches up
-        with a long journal would otherwise parse it whole for each batch it reads."""
+        """The journal's records numbered above AFTER, the first LIMIT of them (None: all).
+        Read on from where the last read ended where that was AFTER (a sender working through
+        a long journal reads each line once), else from the start, the lines numbered up to
+        AFTER skipped unparsed (a sent line that is damaged hides nothing after it). A line cut
+        short (by a dying driver, or still being appended) ends the list."""
         found = []
-        text = self.path.read_text() if self.path.exists() else ""
-        for line in text[_unsent_start(text, after) :].splitlines():
-            if limit is not None and len(found) == limit:
-                break
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                break  # a line cut short by a dying driver ends the list
-            if record["seq"] > after:
-                found.append(record)
+        try:
+            journal = open(self.path, "rb")
+        except FileNotFoundError:
+            return found
+        with journal:
+            inode = os.fstat(journal.fileno()).st_ino
+            offset = self._start(journal, inode, after)
+            while limit is None or len(found) < limit:
+                line = journal.readline()
+                if not line.endswith(b"\n"):
+                    break
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    break
+                offset += len(line)
+                if record["seq"] > after:
+                    found.append(record)
+                    self.cursor = (inode, record["seq"], offset)
         return found
+
+    def _start(self, journal, inode: int, after: int) -> int:
+        """Seek JOURNAL (open at its start) to its first line numbered above AFTER, or the first
+        line whose number is not at its end; returns the offset."""
+        if self.cursor[:2] == (inode, after):
+            return journal.seek(self.cursor[2])
+        offset = 0
+        for line in journal:
+            number = NUMBER.search(line.rstrip(b"\n"))
+            if number is None or int(number[1]) > after or not line.endswith(b"\n"):
+                break
+            offset += len(line)
+        return journal.seek(offset)
 
     def append(self, record: dict, seq: int | None = None) -> dict:
         with self.lock:
@@ -126,37 +154,34 @@ class Journal:
         self.mirrored = bool(pending)
 
     def ack(self, seq: int):
-        """Record that MLflow has every record up to `seq`; drop the file once it has all, and
-        once it has grown past COMPACT_BYTES, rewrite it with the lines after `seq` (a sweep
-        whose sender never quite catches up would keep every record it ever made). It is
-        rewritten only once half that much has been sent, so a sender that works through a
-        long journal does not copy what is left of it at every batch."""
+        """Record that MLflow has every record up to SEQ; drop the file once it has all. A file
+        grown past COMPACT_BYTES is rewritten with the lines after SEQ once they are no more
+        than the lines sent (a sweep whose sender never quite catches up would keep every
+        record it ever made): each line is copied at most as often as the file halves, so a
+        sender working through a long journal copies it in time linear in its length."""
         tmp = self.sent_path.with_suffix(".tmp")
         tmp.write_text(str(seq))
         os.replace(tmp, self.sent_path)
         with self.lock:
             if seq == self.last:
                 self.path.unlink(missing_ok=True)
-            elif self.path.exists() and self.path.stat().st_size > COMPACT_BYTES:
-                text = self.path.read_text()
-                start = _unsent_start(text, seq)
-                if start < COMPACT_BYTES // 2:
+                self.cursor = (None, 0, 0)  # a file made again may take the same inode
+                return
+            try:
+                journal = open(self.path, "rb")
+            except FileNotFoundError:
+                return
+            with journal:
+                stat = os.fstat(journal.fileno())
+                if stat.st_size <= COMPACT_BYTES:
+                    return
+                start = self._start(journal, stat.st_ino, seq)
+                if start < stat.st_size - start:
                     return
                 kept = self.path.with_suffix(".tmp")
-                with open(kept, "w") as out:
-                    out.write(text[start:])
+                with open(kept, "wb") as out:
+                    shutil.copyfileobj(journal, out)
                     out.flush()
                     os.fsync(out.fileno())
-                os.replace(kept, self.path)
-
-
-def _unsent_start(text: str, sent: int) -> int:
-    """Where in a journal's TEXT its first line numbered above SENT starts (or the first line
-    whose number is not at its end, which is parsed), read without parsing the lines."""
-    start = 0
-    for line in text.splitlines(keepends=True):
-        number = NUMBER.search(line.rstrip("\n"))
-        if number is None or int(number[1]) > sent:
-            break
-        start += len(line)
-    return start
+            os.replace(kept, self.path)
+            self.cursor = (os.stat(self.path).st_ino, seq, 0)
