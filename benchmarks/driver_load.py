@@ -81,9 +81,9 @@ def run_rhnsearch(args, work: Path) -> dict:
     from mlflow.tracking import MlflowClient
 
     from rhnsearch.cluster.connect import start_ray
-    from rhnsearch.files.record import Round, SweepRecord
     from rhnsearch.search.space import load_space
     from rhnsearch.sweep.lifecycle import build_tuner
+    from rhnsearch.sweep.record import Round, SweepRecord
     from rhnsearch.tracking.sender import sender_for
     from rhnsearch.tracking.uris import get_experiment
 

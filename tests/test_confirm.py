@@ -16,12 +16,12 @@ from scipy import stats
 
 from rhnsearch.errors import UserError
 from rhnsearch.files.layout import STATE_FILE
-from rhnsearch.files.record import Confirmation, Confirmed, Round, read_record, write_record
 from rhnsearch.results.confirmed import confirmed_gaps, confirmed_settings
 from rhnsearch.search.searchers import ConfirmSearcher
 from rhnsearch.search.space import Space
 from rhnsearch.search.trial import TrialSpec
 from rhnsearch.sweep.confirm import new_seeds, sampled_setting, top_settings
+from rhnsearch.sweep.record import Confirmation, Confirmed, Round, read_record, write_record
 
 DATA = Path(__file__).parent / "data"
 

@@ -78,15 +78,15 @@ def test_the_share_done_counts_running_trials_by_their_epochs_or_the_plan_by_its
     import json
     from dataclasses import replace
 
-    from rhnsearch.files.record import SweepRecord
     from rhnsearch.sweep.progress import done_fraction
+    from rhnsearch.sweep.record import SweepRecord
     from rhnsearch.tracking.runs import StoredRun
 
     from conftest import ROOT
 
     state = json.loads((ROOT / "tests/data/sweep_state_dd9c428.json").read_text())
     record = SweepRecord.from_json(state)
-    assert record.trials == 2 and record.space["fixed"]["epochs"] == 9
+    assert record.trials == 2 and record.space.epochs == 9
     trials = (trial("a", "c", "stopped", 1, 9.0), trial("b", "c", "running", 3, 9.5))
     assert done_fraction(record, [], trials) == pytest.approx((1 + 3 / 9) / 2)
     plan = {"unit": "CPU", "per_trial": 1, "cells": [{"cell": "c", "seconds": 7200.0}]}

@@ -28,8 +28,8 @@ from test_sweep import check_child_runs
 
 from rhnsearch.cli.ui import server_env
 from rhnsearch.files.layout import STATE_FILE
-from rhnsearch.files.record import read_record
 from rhnsearch.sweep.lifecycle import mark_resumed
+from rhnsearch.sweep.record import read_record
 
 from conftest import (
     JSB_SPACE,
@@ -289,8 +289,8 @@ def test_runs_are_deleted_only_on_the_strength_of_a_state_read(state, tmp_path, 
     that state was read: a state renamed (as a Ray release might) or unreadable deletes
     nothing, and says so in one warning line."""
     from rhnsearch.files.layout import SweepPaths
-    from rhnsearch.files.record import ParentRun
     from rhnsearch.sweep.close import drop_lost_runs
+    from rhnsearch.sweep.record import ParentRun
 
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = client.create_experiment("drop")
@@ -1294,7 +1294,7 @@ def test_resumed_driver_leaves_finished_runs_as_they_were(tmp_path):
     from ray.tune.experiment import Trial
 
     from rhnsearch.files.layout import SweepPaths
-    from rhnsearch.files.record import ParentRun
+    from rhnsearch.sweep.record import ParentRun
     from rhnsearch.tracking import callback as tracking
     from rhnsearch.tracking import sender
 

@@ -12,7 +12,7 @@ import pytest
 
 from rhnsearch.errors import UserError
 from rhnsearch.files.layout import STATE_FILE, SweepPaths
-from rhnsearch.files.record import Round, SweepRecord, read_record, write_record
+from rhnsearch.sweep.record import Round, SweepRecord, read_record, write_record
 
 DATA = Path(__file__).parent / "data"
 
@@ -42,6 +42,7 @@ def test_an_old_sweep_reads_and_is_written_back_with_its_values_as_version_2(tmp
         "version": 2,
         "storage": str(tmp_path),
         "rounds": one_round,
+        "space": {**old["space"], "quantity": "best_valid_loss"},  # a field added since
     }
     assert read_record(str(tmp_path), "old") == replace(record, storage=str(tmp_path))
 
@@ -51,9 +52,10 @@ def test_an_old_extended_sweep_reads_and_extending_writes_what_the_old_code_wrot
     assert record.rounds == (Round(2, 1), Round(3, 1, (2, 1)))
     here = replace(record, storage=str(tmp_path)).paths
     assert here.round_dirs == [str(tmp_path / "old"), str(tmp_path / "old" / "extend-1")]
-    assert record.to_json() == {**old, "version": 2}
+    space = {**old["space"], "quantity": "best_valid_loss"}  # a field added since, its default
+    assert record.to_json() == {**old, "version": 2, "space": space}
     first = SweepRecord.from_json(json.loads((DATA / "sweep_state_dd9c428.json").read_text()))
-    assert first.extended(old["space"], old["trials"]) == record
+    assert first.extended(record.space, old["trials"]) == record
 
 
 def test_a_state_file_from_before_plans_reads_with_none():

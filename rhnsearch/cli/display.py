@@ -15,8 +15,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from ..files.record import SweepRecord
 from ..sweep.progress import Follower, Progress, Trial
+from ..sweep.record import SweepRecord
 
 log = logging.getLogger(__name__)
 

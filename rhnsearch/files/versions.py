@@ -74,7 +74,6 @@ MOVED_MODULES = {
     "rhnsearch.cluster.slurm": "rhnsearch.sweep.slurm",
     "rhnsearch.cluster.storage": "rhnsearch.files.storage",
     "rhnsearch.sweep.layout": "rhnsearch.files.layout",
-    "rhnsearch.sweep.record": "rhnsearch.files.record",
 }
 
 

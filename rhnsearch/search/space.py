@@ -359,6 +359,20 @@ def resolve(raw: dict, preset: str | None, overrides=(), source: str = "space") 
     return doc
 
 
+def validated(doc: dict, where: str) -> Space:
+    """The Space of DOC (a space's fields, read from WHERE), or a one-line UserError naming
+    WHERE and the first field that is wrong."""
+    try:
+        return Space.model_validate(doc)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]).encode("unicode_escape").decode() or "space"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key (check its spelling, or see spaces/README.md for the fields)"
+        raise UserError(f"{where}: {field}: {msg}") from None
+
+
 def load_space(path, *, preset: str | None = None, overrides=(), study: str | None = None) -> Space:
     """Read, merge and validate a space file; raise a one-line UserError naming the field.
 
@@ -374,15 +388,7 @@ def load_space(path, *, preset: str | None = None, overrides=(), study: str | No
     doc.setdefault("study", study or path.stem)
     if study:
         doc["study"] = study
-    try:
-        space = Space.model_validate(doc)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]).encode("unicode_escape").decode() or "space"
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key (check its spelling, or see spaces/README.md for the fields)"
-        raise UserError(f"{path}: {field}: {msg}") from None
+    space = validated(doc, str(path))
     try:
         TrialConfig.from_dict(
             {

@@ -15,10 +15,10 @@ from ..data import load_dataset
 from ..errors import UserError, first_line
 from ..files import storage
 from ..files.layout import LOCAL_SWEEPS, sweep_storage
-from ..files.record import Round, SweepRecord
 from ..search.plan import load_plan
-from ..search.space import Space, load_space
+from ..search.space import load_space
 from ..tracking.uris import check_store, resolve_tracking_uri, sqlite_path
+from .record import Round, SweepRecord
 
 
 def probe_write(directory: Path):
@@ -95,8 +95,8 @@ def checked_sweep(
     name: str | None,
     storage_path: str | None,
     plan,
-) -> tuple[Space, SweepRecord]:
-    """The space and the record of the sweep `run_sweep` is asked for (its options, as it
+) -> SweepRecord:
+    """The record of the sweep `run_sweep` is asked for (its options, as it
     takes them), every check made that can be before Ray starts, in this order: the space,
     the cluster's address or this machine's GPUs, the storage, the search, the dataset
     (fetched on first use), the MLflow store, the plan. The record's experiment and parent
@@ -127,7 +127,7 @@ def checked_sweep(
     cells = space.cells_for(data)
     planned = load_plan(plan, cells) if plan else None
     name = name or f"{space.study}-{preset or 'base'}-{datetime.now():%Y%m%d-%H%M%S}"
-    return space, SweepRecord(
+    return SweepRecord(
         name=name,
         space_path=str(space_path),
         preset=preset,
@@ -141,7 +141,7 @@ def checked_sweep(
         storage=root,
         trials=space.num_trials,
         cells=cells,
-        space=space.model_dump(mode="json"),
+        space=space,
         plan=planned,
         rounds=(Round(space.samples, space.seeds),),
     )

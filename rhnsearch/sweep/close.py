@@ -14,10 +14,10 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from ..errors import UserError, first_line
-from ..files.record import ParentRun, SweepRecord
 from ..tracking import database, histories, schema, snapshot, store
 from ..tracking.runs import StoredRun, matching
 from .checkpoints import saved_trial_ids
+from .record import ParentRun, SweepRecord
 
 log = logging.getLogger(__name__)
 HOURS = ("cpu_hours", "gpu_hours")  # device-hours the trials held, from their *_seconds
@@ -61,7 +61,7 @@ def close_sweep(
     if summary["complete"]:
         parent = record.parent_run_id
         if summary["best"]:
-            if record.space.get("keep_model") == "best":
+            if record.space.keep_model == "best":
                 keep_best_model(client, checkpoints, summary["best"], record)
             client.set_tag(parent, schema.BEST_RUN, summary["best"]["run_id"])
         now, step = int(time.time() * 1000), len(record.rounds) - 1  # a step a round
@@ -237,6 +237,6 @@ def keep_best_model(client: MlflowClient, checkpoints: dict, best: dict, record:
         config,
         weights,
         record.data_dir,
-        record.space.get("register_model"),
-        {schema.STUDY: record.space["study"], schema.SWEEP: record.name},
+        record.space.register_model,
+        {schema.STUDY: record.space.study, schema.SWEEP: record.name},
     )

@@ -5,10 +5,10 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UserError
-from ..files.record import Confirmation, Confirmed
 from ..search.space import Space
 from ..tracking import schema
 from ..tracking.store import search_trials
+from .record import Confirmation, Confirmed
 
 LOSS = "metrics.best_valid_loss"
 

@@ -27,7 +27,6 @@ from ..compat import ray as ray_compat
 from ..errors import UserError, first_line
 from ..files import storage
 from ..files.layout import sweep_storage
-from ..files.record import Confirmation, SweepRecord, read_record, write_record
 from ..files.versions import read_moved_modules
 from ..provenance import provenance_tags
 from ..search.plan import planned_hours, planned_rounds
@@ -45,6 +44,7 @@ from .checkpoints import (
 from .checks import check_sweep_writable, checked_sweep
 from .close import close_sweep
 from .confirm import confirmation
+from .record import Confirmation, SweepRecord, read_record, write_record
 from .tuner import build_scheduler as build_scheduler  # imported from here by tests/
 from .tuner import build_tuner, restored_round
 
@@ -95,7 +95,7 @@ def run_sweep(
     """
     if resume and not name:
         raise UserError("--resume resumes the sweep --name: pass --name")
-    space, draft = checked_sweep(
+    draft = checked_sweep(
         space_path,
         preset=preset,
         overrides=overrides,
@@ -108,7 +108,7 @@ def run_sweep(
         storage_path=storage_path,
         plan=plan,
     )
-    name, paths = draft.name, draft.paths
+    name, paths, space = draft.name, draft.paths, draft.space
     if resume and storage.exists(paths.state):
         return resume_sweep(name, address=address, storage_path=storage_path, on_start=on_start)
     if storage.exists(paths.state):
@@ -119,15 +119,15 @@ def run_sweep(
     start_ray(address, space.cell_modules)  # an unreachable or refusing cluster fails here
     if address:
         check_gpus(space.resources.gpu, local=False)
-    record = recorded_sweep(draft, space, experiment or space.study)
+    record = recorded_sweep(draft, experiment or space.study)
     return finish(build_tuner(space, record), record, on_start)
 
 
-def recorded_sweep(draft: SweepRecord, space: Space, experiment: str) -> SweepRecord:
+def recorded_sweep(draft: SweepRecord, experiment: str) -> SweepRecord:
     """The record DRAFT (`checks.checked_sweep`) with its MLflow parent run made in EXPERIMENT
     (a sqlite store made first), saved as the sweep's state, its settings logged to the run
     (`log_sweep_params`)."""
-    uri = draft.tracking_uri
+    uri, space = draft.tracking_uri, draft.space
     open_store(uri)  # a sqlite store is made once every check has passed and Ray took us
     client = MlflowClient(uri)
     experiment_id = get_experiment(client, uri, experiment)
@@ -146,14 +146,14 @@ def recorded_sweep(draft: SweepRecord, space: Space, experiment: str) -> SweepRe
     )
     record = replace(draft, experiment_id=experiment_id, parent_run_id=parent.info.run_id)
     write_record(record)
-    log_sweep_params(client, record, space)
+    log_sweep_params(client, record)
     return record
 
 
-def log_sweep_params(client: MlflowClient, record: SweepRecord, space: Space):
+def log_sweep_params(client: MlflowClient, record: SweepRecord):
     """The sweep's settings as params of its parent run, its dataset as the run's input, and
     the whole space as space.json."""
-    run_id = record.parent_run_id
+    run_id, space = record.parent_run_id, record.space
     client.log_inputs(run_id, [dataset_input(space.dataset)])
     for key, value in [
         ("space", Path(record.space_path).name),
@@ -168,7 +168,7 @@ def log_sweep_params(client: MlflowClient, record: SweepRecord, space: Space):
         ("storage", record.storage),
     ]:
         client.log_param(run_id, key, value)
-    client.log_dict(run_id, record.space, schema.SPACE_ARTIFACT)
+    client.log_dict(run_id, record.to_json()["space"], schema.SPACE_ARTIFACT)
     if record.plan:  # planned device-hours beside those the trials will log as spent
         client.log_dict(run_id, record.plan, schema.PLAN_ARTIFACT)
         hours, now = planned_hours(record.plan), int(time.time() * 1000)
@@ -221,7 +221,7 @@ def resume_sweep(
     round_dir = record.paths.round_dirs[-1]
     check_store(record.tracking_uri)
     filesystem, path = storage.split(round_dir)
-    space = Space.model_validate(record.space)
+    space = record.space
     if not tune.Tuner.can_restore(path, storage_filesystem=filesystem):
         start_ray(address, space.cell_modules)
         return finish(build_tuner(space, record), record, on_start)
@@ -290,7 +290,7 @@ def extend_sweep(
             begins to follow it: `progress.Follower`).
     """
     record = load_record(name, storage_path, address)
-    space = Space.model_validate(record.space)
+    space = record.space
     samples, seeds = samples or space.samples, seeds or space.seeds
     grows = samples > space.samples or seeds > space.seeds
     if samples < space.samples or seeds < space.seeds or not grows:
@@ -310,10 +310,10 @@ def extend_sweep(
         )
     client, parent = finished_parent(record, "extend")
     check_sweep_writable(record, "extend")
-    extended = Space.model_validate({**record.space, "samples": samples, "seeds": seeds})
+    extended = Space.model_validate({**space.model_dump(), "samples": samples, "seeds": seeds})
     start_ray(address, extended.cell_modules)
     added = extended.num_trials - space.num_trials  # the trials before: those of any confirm too
-    record = record.extended(extended.model_dump(mode="json"), record.trials + added)
+    record = record.extended(extended, record.trials + added)
     write_record(record)
     client.update_run(parent, status="RUNNING")
     client.set_tag(
@@ -322,7 +322,7 @@ def extend_sweep(
         f"{space.samples} -> {samples} settings a cell, {space.seeds} -> {seeds} seeds a "
         f"setting ({datetime.now().isoformat(timespec='seconds')})",
     )
-    client.log_dict(parent, record.space, schema.SPACE_ARTIFACT)
+    client.log_dict(parent, record.to_json()["space"], schema.SPACE_ARTIFACT)
     return finish(build_tuner(extended, record), record, on_start)
 
 
@@ -360,7 +360,7 @@ def confirm_sweep(
     record, client, confirm = chosen_confirmation(
         name, top=top, seeds=seeds, address=address, storage_path=storage_path
     )
-    space = Space.model_validate(record.space)
+    space = record.space
     start_ray(address, space.cell_modules)
     record = record.confirmed(confirm)
     write_record(record)
@@ -396,7 +396,7 @@ def chosen_confirmation(
             "with at least 2 seeds each (an interval over seeds needs two)"
         )
     record = load_record(name, storage_path, address)
-    space = Space.model_validate(record.space)
+    space = record.space
     client, _ = finished_parent(record, "confirm")
     check_sweep_writable(record, "confirm")
     experiment = client.get_experiment(record.experiment_id).name

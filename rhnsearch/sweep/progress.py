@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from mlflow.tracking import MlflowClient
 
 from ..files.layout import sweep_storage
-from ..files.record import SweepRecord, read_record
 from ..search.plan import planned_hours
 from ..tracking.schema import RUNNING, STATUS
 from ..tracking.uris import existing_store
 from .close import child_runs, spent
+from .record import SweepRecord, read_record
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ def done_fraction(record: SweepRecord, runs: list, trials: tuple[Trial, ...]) ->
             return min(spent(runs)[plan["unit"]] / plan["total"], 1.0)
     if not record.trials:
         return 1.0
-    epochs = max(int(record.space["fixed"]["epochs"]), 1)
+    epochs = max(record.space.epochs, 1)
     running = sum(min(t.epoch, epochs) / epochs for t in trials if t.status == RUNNING)
     return (sum(t.status != RUNNING for t in trials) + running) / record.trials
 

@@ -7,12 +7,12 @@ from dataclasses import asdict
 from mlflow.tracking import MlflowClient
 
 from ..files.layout import sweep_storage
-from ..files.record import read_record
 from ..search.plan import planned_hours
 from ..tracking import schema
 from ..tracking.phases import phases
 from ..tracking.uris import existing_store
 from .close import HOURS, child_runs, spent
+from .record import read_record
 
 
 def sweep_status(name: str, storage_path: str | None = None) -> dict:
@@ -28,7 +28,7 @@ def sweep_status(name: str, storage_path: str | None = None) -> dict:
         status = run.tags.get(schema.STATUS, schema.RUNNING)
         statuses[status] = statuses.get(status, 0) + 1
     plan = planned_hours(record.plan) if record.plan else None
-    gpu = record.space["resources"]["gpu"] > 0
+    gpu = record.space.resources.gpu > 0
     unit = plan["unit"] if plan else HOURS[gpu]
     held = spent(runs)["cells"]
     per_cell = record.trials // len(record.cells)

@@ -9,7 +9,6 @@ from ..cluster.connect import trial_slots
 from ..compat import ray as ray_compat
 from ..files import storage
 from ..files.layout import round_name
-from ..files.record import SweepRecord
 from ..search.scheduler import CellASHAScheduler, LiveFIFOScheduler
 from ..search.searchers import (
     METRIC,
@@ -24,6 +23,7 @@ from ..search.trial import tune_constants
 from ..tracking.callback import MLflowTracker
 from .checkpoints import KeepNewestCheckpoint
 from .ended_trials import ForgetEndedTrialsMetrics
+from .record import SweepRecord
 from .trainable import run_trial
 
 

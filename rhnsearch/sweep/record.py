@@ -8,10 +8,11 @@ import json
 from dataclasses import asdict, dataclass, fields, replace
 
 from ..errors import UserError, first_line
-from . import storage
-from .layout import SweepPaths
-from .parent_run import ParentRun
-from .versions import RECORD_VERSION, current_record
+from ..files import storage
+from ..files.layout import SweepPaths
+from ..files.parent_run import ParentRun
+from ..files.versions import RECORD_VERSION, current_record
+from ..search.space import Space, validated
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ class SweepRecord:
     storage: str  # the storage root; the sweep's folder is STORAGE/NAME
     trials: int  # in all rounds
     cells: dict[str, dict]  # label ('rhn d4 w96') -> arch, depth, tied, width, params
-    space: dict  # Space.model_dump(mode="json") of the last round (validated when run)
+    space: Space  # of the last round
     plan: dict | None  # the plan of `sweep plan --json` given with --plan
     rounds: tuple[Round, ...]  # the first, then one per extend or confirm
 
@@ -104,6 +105,7 @@ class SweepRecord:
         return cls(
             **{
                 **data,
+                "space": validated(data["space"], f"{where}: space"),
                 "overrides": tuple(data["overrides"]),
                 "rounds": tuple(Round.from_json(r) for r in data["rounds"]),
             }
@@ -113,6 +115,7 @@ class SweepRecord:
         """The state file's JSON, of this version (`versions.RECORD_VERSION`)."""
         data = {"version": RECORD_VERSION}
         data |= {f.name: getattr(self, f.name) for f in fields(self)}
+        data["space"] = self.space.model_dump(mode="json")
         data["overrides"] = list(self.overrides)
         data["rounds"] = [r.to_json() for r in self.rounds]
         return data
@@ -125,15 +128,15 @@ class SweepRecord:
     def parent_run(self) -> ParentRun:
         return ParentRun(self.tracking_uri, self.experiment_id, self.parent_run_id, self.paths)
 
-    def extended(self, space: dict, trials: int) -> "SweepRecord":
+    def extended(self, space: Space, trials: int) -> "SweepRecord":
         """The record with a new round: SPACE (its samples and seeds raised) and TRIALS in
         all, the earlier rounds' settings and seeds done."""
-        last = Round(space["samples"], space["seeds"], (self.space["samples"], self.space["seeds"]))
+        last = Round(space.samples, space.seeds, (self.space.samples, self.space.seeds))
         return replace(self, space=space, trials=trials, rounds=(*self.rounds, last))
 
     def confirmed(self, confirm: Confirmation) -> "SweepRecord":
         """The record with a confirmation round of CONFIRM's trials; the space as it was."""
-        done = (self.space["samples"], self.space["seeds"])
+        done = (self.space.samples, self.space.seeds)
         last = Round(*done, done, confirm)
         return replace(self, trials=self.trials + confirm.trials, rounds=(*self.rounds, last))
 
