@@ -96,11 +96,12 @@ PARAMS = {
 }
 
 
-def build(uri: str, runs: int, epochs: int):
+def build(uri: str, runs: int, epochs: int, artifacts: Path):
     """The store: one sweep, RUNS trials with EPOCHS epochs of metrics each (test_loss and
-    best_epoch on the last one), some diverged."""
+    best_epoch on the last one), some diverged; its artifacts in ARTIFACTS (beside the store,
+    not in the working directory's mlruns/)."""
     client = MlflowClient(uri)
-    exp = client.create_experiment(EXPERIMENT)
+    exp = client.create_experiment(EXPERIMENT, artifact_location=artifacts.resolve().as_uri())
     parent = client.create_run(
         exp,
         run_name="bench",
@@ -254,7 +255,7 @@ def main():
     directory.mkdir(parents=True, exist_ok=True)
     uri = f"sqlite:///{directory.resolve() / 'mlflow.db'}"
     if not (directory / "mlflow.db").exists():
-        seconds, _ = timed(lambda: build(uri, args.runs, args.epochs))
+        seconds, _ = timed(lambda: build(uri, args.runs, args.epochs, directory / "artifacts"))
         print(
             f"built {args.runs} runs x {args.epochs} epochs in {seconds:.0f}s: {uri}",
             file=sys.stderr,

@@ -15,6 +15,7 @@ The shapes: the two reference shapes (a JSB-like and a PTB-like layer) and the p
 shapes (width 830 at depth 10, RHN paper; at depth 40, HSG paper).
 
     python benchmarks/layer_speed.py [--data-dir DIR] [--rounds 15] [--compile] [--device cuda]
+    python benchmarks/layer_speed.py --smoke   # a dry run: one tiny shape, no epoch timings
 
 With --device cuda everything runs on the GPU (nn.LSTM through cuDNN) and the clock waits for
 the GPU's queue before each reading.
@@ -43,6 +44,7 @@ SHAPES = [
     dict(T=35, B=20, F=830, width=830, depth=10, archs=["rhn", "hsg"], rounds=0.4),
     dict(T=35, B=20, F=830, width=830, depth=40, archs=["rhn", "hsg"], rounds=0.2),
 ]
+SMOKE = dict(T=8, B=4, F=8, width=16, depth=2, archs=ARCHS, rounds=1.0)  # --smoke's shape
 
 
 def lstm_hidden(params: int, input_size: int) -> int:
@@ -193,6 +195,12 @@ def main(argv=None):
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--no-epochs", action="store_true", help="skip the epoch timings")
     parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a dry run of the script: one tiny shape (T=8, B=4, F=8, n=16, L=2) in place of "
+        "--shapes, and no epoch timings",
+    )
+    parser.add_argument(
         "--compile",
         action="store_true",
         help="also time the reference backend over the torch.compile'd cell "
@@ -222,7 +230,7 @@ def main(argv=None):
         f"{'lstm ms':>9}{'ours/lstm':>11}{'naive/ours':>12}{'products/lstm':>16}"
         + (f"{'compiled/ours':>15}" if args.compile else "")
     )
-    shapes = [SHAPES[int(i)] for i in args.shapes.split(",")]
+    shapes = [SMOKE] if args.smoke else [SHAPES[int(i)] for i in args.shapes.split(",")]
     result = {
         "shapes": [{k: s[k] for k in ("T", "B", "F", "width", "depth")} for s in shapes],
         "device": where,
@@ -265,7 +273,7 @@ def main(argv=None):
                 result.setdefault(f"compiled_over_{arch}", []).append(round(compiled_over, 3))
                 row += f"{compiled_over:>15.2f}"
             print(row, flush=True)
-    if not args.no_epochs:
+    if not (args.no_epochs or args.smoke):
         speeds = epoch_speed(args.data_dir, device)
         for name, speed in speeds.items():
             print(f"training epoch {name}: {speed:,.0f} tokens/s")

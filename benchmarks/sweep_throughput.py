@@ -5,7 +5,9 @@ temp dirs, fresh local Ray each), with max_concurrent 1 and 2, and prints trials
 and the sweep's overhead: wall time of the trials phase against the sum of the trials'
 training time (epoch_seconds summed from MLflow), divided by the concurrency. Last line: JSON.
 
-    python benchmarks/sweep_throughput.py [--data-dir DIR]
+    python benchmarks/sweep_throughput.py [--data-dir DIR] [--set samples=1 ...]
+
+--set overrides the preset as `sweep run --set` does (a smaller sweep for a dry run).
 """
 
 import argparse
@@ -19,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run(concurrency: int, data_dir: str) -> dict:
+def run(concurrency: int, data_dir: str, sets: list[str]) -> dict:
     with tempfile.TemporaryDirectory() as cwd:
         start = time.monotonic()
         proc = subprocess.run(
@@ -33,6 +35,7 @@ def run(concurrency: int, data_dir: str) -> dict:
                 "--preset",
                 "smoke",
                 *(["--data-dir", data_dir] if data_dir else []),
+                *(option for item in sets for option in ("--set", item)),
                 "--set",
                 f"max_concurrent={concurrency}",
                 "--name",
@@ -61,8 +64,9 @@ def run(concurrency: int, data_dir: str) -> dict:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", help="default: $RHNSEARCH_DATA_DIR or the user cache")
+    parser.add_argument("--set", action="append", default=[], help="a space override")
     args = parser.parse_args()
-    rows = [run(c, args.data_dir) for c in (1, 2)]
+    rows = [run(c, args.data_dir, args.set) for c in (1, 2)]
     print(
         f"{'conc':>4} {'trials':>6} {'command s':>9} {'trials s':>8} {'train s':>7} "
         f"{'trials/min':>10} {'overhead':>8}"

@@ -436,7 +436,8 @@ NOT_QUOTES = [
     (
         STUDIES,
         "What early stopping costs here",
-        "benchmarks/asha_vs_fifo.py's and asha_replay.py's sweep at 2a81ec0, which it says is "
+        "benchmarks/asha.py's (then asha_vs_fifo.py's and asha_replay.py's) sweep at 2a81ec0, "
+        "which it says is "
         "not the jsb_cpu example",
     ),
     (
