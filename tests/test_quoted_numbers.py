@@ -447,7 +447,7 @@ NOT_QUOTES = [
         "(docs/calibration.json, which tests/test_calibration.py holds the table to)",
     ),
     (
-        "docs/scale.md",
+        "docs/scale-history.md",
         "The forest's own noise, on the committed `jsb_paper` trials",
         "importance fits timed by a benchmark on the example's trials",
     ),

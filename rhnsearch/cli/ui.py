@@ -10,7 +10,7 @@ import time
 from ..errors import UserError
 
 # MLflow's job runner (GenAI scorers, trace archival) serves nothing a sweep logs, and costs
-# eight more processes, 1.9 GB and some 20 CPU seconds at start (benchmarks/ui_server.py).
+# processes, memory and CPU at start (docs/scale-history.md, "MLflow's job runner").
 JOB_RUNNER = "MLFLOW_SERVER_ENABLE_JOB_EXECUTION"
 
 

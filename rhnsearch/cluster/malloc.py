@@ -2,8 +2,8 @@
 
 glibc gives a thread that allocates while others do an arena of its own (up to 8 a core), and
 each arena keeps much of what was freed in it: the driver's many threads (Ray's, Tune's, the
-MLflow sender's) made its memory grow with the trials. With 2, the trials phase of 492
-simulated trials grew 157 MB instead of 248 (benchmarks/scale.py).
+MLflow sender's) made its memory grow with the trials; with 2 it grows less
+(docs/scale-history.md).
 """
 
 import ctypes

@@ -45,8 +45,8 @@ def is_whole_experiment_state(data) -> bool:
     so (each trial's state is a JSON string; the controller's has no `stats`). A copy cut short
     does not end with them; a copy that read on across a rewrite (a whole state, then the tail
     of the next, longer one) holds them twice. The bytes are searched, not decoded or parsed,
-    so the check keeps no memory as the state grows (docs/scale.md). A copy spliced inside the
-    state (the start of one, the rest of the next) can pass, as it could pass a parse."""
+    so the check keeps no memory as the state grows. A copy spliced inside the state (the start
+    of one, the rest of the next) can pass, as it could pass a parse."""
     _check("the layout of Tune's experiment state")
     ends = [match.end() for match in re.finditer(EXPERIMENT_STATE_END, data)]
     return len(ends) == 1 and not bytes(data[ends[0] :]).strip()
@@ -176,8 +176,8 @@ def restored_tuner(path: str, trainable, *, storage_filesystem=None):
     """Tune's Tuner restored from PATH, its unfinished and errored trials to run again, without
     the ExperimentAnalysis that Tune builds of the saved trials at the restore: nothing reads it
     before the fit's own results replace it, and building it reads the saved state and every
-    trial's results again (benchmarks/resume_start.py), a second copy of every trial that the
-    fit would otherwise hold throughout, some 0.1 MB each."""
+    trial's results again, a second copy of every trial that the fit would otherwise hold
+    throughout."""
     from ray import tune
     from ray.tune.impl import tuner_internal
 

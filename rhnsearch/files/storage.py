@@ -73,7 +73,7 @@ def split(location: str) -> tuple[pafs.FileSystem, str]:
 @functools.cache
 def object_store(name: str, query: str) -> "ObjectStore":
     """The ObjectStore of bucket NAME with options QUERY, made once a process: each S3
-    filesystem made sets up an S3 client (7 ms of CPU, against 1 for a small PUT)."""
+    filesystem made sets up an S3 client, which costs more CPU than a small PUT."""
     options = dict(parse_qsl(query))
     options.setdefault("allow_delayed_open", "true")  # a small file in one PUT, not three
     fs, _ = pafs.FileSystem.from_uri(f"s3://{name}?{urlencode(options)}")
@@ -272,7 +272,7 @@ class Delegate(pafs.FileSystemHandler):
         next one's tail; stored, a driver killed before the next upload would leave a sweep
         that cannot be resumed. Dropped, the last whole one stays until the next upload, a few
         seconds later. The check searches the bytes without parsing them: a parse on the
-        upload's thread kept memory that grows with the state (docs/scale.md). (Tune writes
+        upload's thread kept memory that grows with the state (docs/scale-history.md). (Tune writes
         every other file it uploads under a temporary name first.)"""
         if ray_compat.is_experiment_state(path.rsplit("/", 1)[-1]):
             return pa.PythonFile(
@@ -320,7 +320,7 @@ class ObjectStore(Delegate):
         """Pickled as the bucket and options it was made for (`object_store`), and unpickled
         as the process's own store of them: Tune unpickles the storage's filesystem with every
         checkpoint a trial reports, and an S3 filesystem unpickled sets up a new S3 client
-        (half a bucket sweep's driver CPU went to it: docs/scale.md)."""
+        (half a bucket sweep's driver CPU went to it: docs/scale-history.md)."""
         if getattr(self, "bucket", None) is None:  # (pickled before stores knew their bucket)
             return ObjectStore, (self.fs,)
         return object_store, self.bucket

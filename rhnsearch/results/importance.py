@@ -20,8 +20,8 @@ from .tables import finished
 
 EVALUATORS = ("fANOVA", "PED-ANOVA")  # Optuna's importance evaluators, as `evaluators` names them
 MIN_TRIALS = 4  # fewer usable trials of an architecture: no importance for it
-# more: fitted on this many drawn at random. fANOVA's forest grows faster than the trials: an
-# architecture's fit took 1.3, 4.4 and 13.8 s at 100, 250 and 500 (docs/scale.md)
+# more: fitted on this many drawn at random. fANOVA's forest's time grows faster than the
+# trials (docs/scale-history.md)
 MAX_TRIALS = 250
 SAMPLE_SEED = 0
 VALUE = "metrics.best_valid_loss"

@@ -331,7 +331,7 @@ def render(exp: store.Experiment, sweep: str | None = None, top: int = 5, *, run
         runs: the sweep's trial runs (StoredRuns), where already read (a closing sweep's).
     """
     chosen = store.pick_sweep(exp, sweep)
-    if runs is None:  # read once: an MLflow server lists 10,000 runs in some 50 s
+    if runs is None:  # read once: listing a sweep's runs through a server is slow
         runs = store.trial_runs(exp, chosen["sweep"])
     every = store.trials_frame(exp, runs, chosen["sweep"])
     trials = store.search_trials(every)

@@ -147,7 +147,7 @@ class CellStudies(CellSearcher):
     def storage(self) -> JournalStorage:
         """The sweep's journal, one storage for every cell's study: a storage replays and holds
         every study of its file, and reads what the others appended at each ask and tell (one
-        a study held 12 copies of every trial: 0.4 GB more at 10,000; docs/scale.md)."""
+        a study held a copy of every study's trials each)."""
         if self.journal is None:
             self.journal = optuna_storage(self.sweep_dir)
         return self.journal

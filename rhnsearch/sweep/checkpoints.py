@@ -99,8 +99,8 @@ def saved_trial_ids(round_dir: str) -> set[str] | None:
 def check_saved_state(round_dir: str) -> dict | None:
     """Refuse, in one line, a resume whose saved Tune state cannot be read (a file cut short):
     Tune would log the error and start the whole round again, with empty configs. Returns
-    Tune's newest saved experiment state, parsed (`saved_state`; read once: 201 MB of JSON at
-    6,962 trials)."""
+    Tune's newest saved experiment state, parsed (`saved_state`; read once: it grows with the
+    trials)."""
     names = storage.listdir(round_dir)
     experiment, state = ray_compat.newest_experiment_state(names), None
     for name, load in ray_compat.newest_saved_states(names):

@@ -416,7 +416,7 @@ def finish(tuner, record: SweepRecord, on_start: OnStart | None = None) -> dict:
     """Run the Tuner, wait until MLflow has every record, then close the sweep (`close_sweep`);
     returns its summary, read back from MLflow. The Tuner is let go before the close (pass it
     without keeping it): it holds every trial Tune ran, which the close does not need and
-    which, kept, the close's reading would add to (docs/scale.md)."""
+    which, kept, the close's reading would add to (docs/scale-history.md)."""
     wait = drain_seconds()
     start = time.monotonic()
     ray_compat.quiet_result_grid()  # Tune's file loggers are off (start_ray)

@@ -42,8 +42,8 @@ def connect(uri: str):
 def analyze(uri: str) -> bool:
     """Gather the statistics of a sqlite store's tables for SQLite's query planner, which has
     none until asked: without them MLflow's own queries (its server's and UI's history calls)
-    pick plans that slow down as the store grows (at 10,000 trials, 11-13x slower:
-    benchmarks/sqlite_statistics.py). Whether it was a sqlite store: other databases gather
+    pick plans that slow down as the store grows (docs/scale-history.md, "A sqlite store's
+    statistics"). Whether it was a sqlite store: other databases gather
     their own (PostgreSQL's autovacuum)."""
     path = sqlite_path(uri)
     if path is None:

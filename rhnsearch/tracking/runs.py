@@ -1,7 +1,7 @@
 """Every run of an experiment, as plain records: from a database store, by SELECTs on its run
 tables (`database`); from an MLflow server, its search's JSON answer read as it is
-(MlflowClient's parse of the same answer into objects took its client 6.8 CPU s of 10,000
-runs, the JSON 1.4: benchmarks/server_reads.py); from anything else, MlflowClient.search_runs.
+(MlflowClient's parse of the same answer into objects costs its client several times the
+CPU); from anything else, MlflowClient.search_runs.
 Page after page: MLflow answers a search with one page of at most 50,000 runs, so a single
 call cuts a larger sweep short without a word."""
 
