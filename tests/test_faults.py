@@ -1184,14 +1184,14 @@ def test_a_journal_the_sender_never_catches_up_with_keeps_only_its_unsent_record
     monkeypatch.setattr(journals, "COMPACT_BYTES", 4096)  # 4 MB in a sweep; 4 kB here
     journal, sizes = journals.Journal(tmp_path), []
     for n in range(1, 301):
-        journal.append({"trial_id": f"t{n % 7}", "metrics": [["loss", 1.0 / n, 0, n]]})
+        journal.append(journals.Record(f"t{n % 7}", metrics=[["loss", 1.0 / n, 0, n]]))
         if n > 3:
             journal.ack(n - 3)  # MLflow has all but the last 3
         sizes.append(journal.path.stat().st_size)
     assert max(sizes) < 4096 + 200, max(sizes)
     reopened = journals.Journal(tmp_path)  # the next driver, after this one died
     assert reopened.last == 300 and reopened.sent() == 297
-    assert [r["seq"] for r in reopened.records(reopened.sent())] == [298, 299, 300]
+    assert [r.seq for r in reopened.records(reopened.sent())] == [298, 299, 300]
     reopened.ack(300)
     assert not reopened.path.exists()
 
@@ -1208,29 +1208,29 @@ def test_a_sender_working_through_a_long_journal_reads_and_rewrites_it_in_linear
     monkeypatch.setattr(journals, "COMPACT_BYTES", 4096)
     journal = journals.Journal(tmp_path)
     for n in range(1, 601):
-        journal.append({"trial_id": f"t{n % 7}", "metrics": [["loss", 1.0 / n, 0, n]]})
+        journal.append(journals.Record(f"t{n % 7}", metrics=[["loss", 1.0 / n, 0, n]]))
     size = journal.path.stat().st_size
     assert size > 8 * 4096
     rewrites, inode, read = 0, journal.path.stat().st_ino, []
     while journal.sent() < 600:
         batch = journal.records(journal.sent(), 5)
-        assert [r["seq"] for r in batch] == list(range(journal.sent() + 1, journal.sent() + 6))
+        assert [r.seq for r in batch] == list(range(journal.sent() + 1, journal.sent() + 6))
         read += batch
-        journal.ack(batch[-1]["seq"])
+        journal.ack(batch[-1].seq)
         if journal.path.exists() and journal.path.stat().st_ino != inode:
             rewrites, inode = rewrites + 1, journal.path.stat().st_ino
             assert journal.path.read_text().startswith('{"trial_id"')  # whole lines kept
-    assert [r["seq"] for r in read] == list(range(1, 601)) and not journal.path.exists()
+    assert [r.seq for r in read] == list(range(1, 601)) and not journal.path.exists()
     assert 0 < rewrites <= size // 2048, rewrites  # at every ack past 4 kB: over 100
 
     journal = journals.Journal(tmp_path / "other")  # a sent line damaged hides nothing
     for n in range(1, 6):
-        journal.append({"trial_id": "t", "metrics": [["loss", 1.0, 0, n]]})
+        journal.append(journals.Record("t", metrics=[["loss", 1.0, 0, n]]))
     journal.ack(2)
     text = journal.path.read_text().splitlines(keepends=True)
     journal.path.write_text(text[0] + '{"trial_id": "t", "metr' + text[1][-12:] + "".join(text[2:]))
-    assert [r["seq"] for r in journal.records(2)] == [3, 4, 5]
-    assert [r["seq"] for r in journal.records(1)] == []  # an unsent one damaged ends the list
+    assert [r.seq for r in journal.records(2)] == [3, 4, 5]
+    assert [r.seq for r in journal.records(1)] == []  # an unsent one damaged ends the list
 
 
 def io_bytes() -> tuple[int, int]:
@@ -1250,13 +1250,13 @@ def test_a_backlog_is_read_and_rewritten_in_bytes_linear_in_its_length(tmp_path,
     monkeypatch.setattr(journals, "COMPACT_BYTES", 64 << 10)
     journal = journals.Journal(tmp_path)
     for n in range(1, 20_001):
-        journal.append({"trial_id": f"t{n % 7}", "metrics": [["loss", 1.0 / n, 0, n]]})
+        journal.append(journals.Record(f"t{n % 7}", metrics=[["loss", 1.0 / n, 0, n]]))
     size = journal.path.stat().st_size
     read, written = io_bytes()
     while journal.sent() < 20_000:
         batch = journal.records(journal.sent(), 500)
-        assert [r["seq"] for r in batch] == list(range(journal.sent() + 1, journal.sent() + 501))
-        journal.ack(batch[-1]["seq"])
+        assert [r.seq for r in batch] == list(range(journal.sent() + 1, journal.sent() + 501))
+        journal.ack(batch[-1].seq)
     read, written = (after - before for after, before in zip(io_bytes(), (read, written)))
     assert not journal.path.exists()
     assert read < 2.5 * size and written < 1.5 * size, (read / size, written / size)
@@ -1272,19 +1272,19 @@ def test_a_line_torn_by_a_machine_gone_down_does_not_swallow_the_next_drivers_re
 
     journal = journals.Journal(tmp_path)
     for n in range(1, 4):
-        journal.append({"trial_id": "t", "metrics": [["loss", 1.0, 0, n]]})
+        journal.append(journals.Record("t", metrics=[["loss", 1.0, 0, n]]))
     journal.ack(1)
     text = journal.path.read_text()
     journal.path.write_text(text[: text.rindex("\n", 0, -1) + 20])  # record 3 torn
     reopened = journals.Journal(tmp_path)
     assert reopened.last == 2
-    reopened.append({"trial_id": "t", "metrics": [["loss", 2.0, 0, 4]]})
-    assert [(r["seq"], r["metrics"][0][3]) for r in reopened.records(1)] == [(2, 2), (3, 4)]
+    reopened.append(journals.Record("t", metrics=[["loss", 2.0, 0, 4]]))
+    assert [(r.seq, r.metrics[0][3]) for r in reopened.records(1)] == [(2, 2), (3, 4)]
 
     reopened.path.write_text(reopened.path.read_text().rstrip("\n"))  # only the newline lost
     again = journals.Journal(tmp_path)
-    again.append({"trial_id": "t", "metrics": [["loss", 3.0, 0, 5]]})
-    assert [r["seq"] for r in again.records(1)] == [2, 3, 4]
+    again.append(journals.Record("t", metrics=[["loss", 3.0, 0, 5]]))
+    assert [r.seq for r in again.records(1)] == [2, 3, 4]
 
 
 def test_resumed_driver_leaves_finished_runs_as_they_were(tmp_path):

@@ -16,6 +16,7 @@ from ..files import versions
 from ..files.parent_run import ParentRun
 from ..search.trial import TrialSpec
 from . import schema
+from .journal import Record
 from .sender import sender_for
 
 SKIP_RESULT_KEYS = {
@@ -74,16 +75,16 @@ class MLflowTracker(Callback):
     def _record(
         self, trial_id: str, metrics=(), params=(), tags=(), end=None, name=None, dataset=None
     ):
-        record = {
-            "trial_id": trial_id,
-            "name": name,
-            "end": end,
-            "dataset": dataset,
-            "end_time": int(time.time() * 1000) if end else None,
-            "metrics": [[m.key, m.value, m.timestamp, m.step] for m in metrics],
-            "params": [[p.key, p.value] for p in params],
-            "tags": [[t.key, t.value] for t in tags],
-        }
+        record = Record(
+            trial_id,
+            name,
+            end,
+            dataset,
+            int(time.time() * 1000) if end else None,
+            [[m.key, m.value, m.timestamp, m.step] for m in metrics],
+            [[p.key, p.value] for p in params],
+            [[t.key, t.value] for t in tags],
+        )
         self.sender.put(self.sender.journal.append(record))
 
     def start_run(self, trial):

@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import threading
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from ..files import storage
@@ -19,17 +20,42 @@ COMPACT_BYTES = 4 << 20  # a journal this large is rewritten with its unsent rec
 NUMBER = re.compile(rb'"seq": (\d+)}$')  # a line's number: `append` writes it last
 
 
-def lines(records: list[dict]) -> str:
+@dataclass
+class Record:
+    """What the MLflow callback has to log of one trial at one event, as the journal keeps it
+    (a JSON object a line, its number `seq` last): the metrics (key, value, timestamp, step),
+    params (key, value) and tags (key, value) to log on the trial's run, the run's name and
+    dataset where given, and its end (FINISHED, FAILED) and end time where it ended."""
+
+    trial_id: str
+    name: str | None = None
+    end: str | None = None
+    dataset: str | None = None  # (absent from records journaled before datasets were logged)
+    end_time: int | None = None
+    metrics: list = field(default_factory=list)
+    params: list = field(default_factory=list)
+    tags: list = field(default_factory=list)
+    seq: int = 0  # its number in the journal: given as it is appended
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Record":
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+
+    def line(self) -> str:
+        return json.dumps(asdict(self)) + "\n"
+
+
+def lines(records: list[Record]) -> str:
     """Records as the journal keeps them: one JSON object a line."""
-    return "".join(json.dumps(r) + "\n" for r in records)
+    return "".join(r.line() for r in records)
 
 
-def parse(text: str) -> list[dict]:
+def parse(text: str) -> list[Record]:
     """A journal's records; a line cut short by a dying driver ends the list."""
     found = []
     for line in text.splitlines():
         try:
-            found.append(json.loads(line))
+            found.append(Record.from_json(json.loads(line)))
         except json.JSONDecodeError:
             break
     return found
@@ -51,11 +77,11 @@ class Journal:
         self.cursor = (None, 0, 0)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._cut_torn_line()
-        self.last = max([self.sent(), *(r["seq"] for r in self.records(self.sent()))])
+        self.last = max([self.sent(), *(r.seq for r in self.records(self.sent()))])
         left = parse(storage.read_text(mirror) or "") if mirror else []
         for record in left:
-            if record["seq"] > self.last:  # left by a driver on another machine
-                self.append(record, record["seq"])
+            if record.seq > self.last:  # left by a driver on another machine
+                self.append(record, record.seq)
         self.mirrored = bool(left)
 
     def _cut_torn_line(self):
@@ -83,7 +109,7 @@ class Journal:
     def sent(self) -> int:
         return int(self.sent_path.read_text()) if self.sent_path.exists() else 0
 
-    def records(self, after: int = 0, limit: int | None = None) -> list[dict]:
+    def records(self, after: int = 0, limit: int | None = None) -> list[Record]:
         """The journal's records numbered above AFTER, the first LIMIT of them (None: all).
         Read on from where the last read ended where that was AFTER (a sender working through
         a long journal reads each line once), else from the start, the lines numbered up to
@@ -102,13 +128,13 @@ class Journal:
                 if not line.endswith(b"\n"):
                     break
                 try:
-                    record = json.loads(line)
+                    record = Record.from_json(json.loads(line))
                 except ValueError:
                     break
                 offset += len(line)
-                if record["seq"] > after:
+                if record.seq > after:
                     found.append(record)
-                    self.cursor = (inode, record["seq"], offset)
+                    self.cursor = (inode, record.seq, offset)
         return found
 
     def _start(self, journal, inode: int, after: int) -> int:
@@ -124,12 +150,13 @@ class Journal:
             offset += len(line)
         return journal.seek(offset)
 
-    def append(self, record: dict, seq: int | None = None) -> dict:
+    def append(self, record: Record, seq: int | None = None) -> Record:
+        """RECORD numbered (SEQ, else the next number) and appended."""
         with self.lock:
             self.last = seq or self.last + 1
-            record["seq"] = self.last
+            record.seq = self.last
             with open(self.path, "a") as out:
-                out.write(lines([record]))
+                out.write(record.line())
         return record
 
     def sync(self):

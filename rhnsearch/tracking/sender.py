@@ -21,7 +21,7 @@ from ..files.parent_run import ParentRun
 from ..provenance import provenance_tags
 from . import schema
 from .datasets import dataset_input
-from .journal import Journal
+from .journal import Journal, Record
 from .runs import StoredRun, matching
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ class Sender:
         self.client = None
         threading.Thread(target=self._run, name="rhnsearch-mlflow", daemon=True).start()
 
-    def put(self, record: dict):
+    def put(self, record: Record):
         try:
             self.queue.put_nowait(record)
         except queue.Full:
@@ -104,28 +104,28 @@ class Sender:
                 records.append(self.queue.get_nowait())
             except queue.Empty:
                 break
-        records = [r for r in records if r["seq"] > self.delivered]
-        seqs = [r["seq"] for r in records]
+        records = [r for r in records if r.seq > self.delivered]
+        seqs = [r.seq for r in records]
         if seqs != list(range(self.delivered + 1, self.delivered + 1 + len(seqs))) or (
             not records and self.delivered < self.journal.last
         ):
             records = self.journal.records(self.delivered, BATCH)  # the queue missed some
         return records
 
-    def _deliver(self, records: list[dict]):
+    def _deliver(self, records: list[Record]):
         """Put RECORDS (consecutive) on the disk, send them one trial's at a time, then mark
         them sent."""
         self.journal.sync()
-        trials: dict[str, list[dict]] = {}
+        trials: dict[str, list[Record]] = {}
         for record in records:
-            trials.setdefault(record["trial_id"], []).append(record)
+            trials.setdefault(record.trial_id, []).append(record)
         for group in trials.values():
             self._attempt(lambda group=group: self._send(merged(group)))
-        self.journal.ack(records[-1]["seq"])
-        if self.journal.mirrored and records[-1]["seq"] == self.journal.last:
+        self.journal.ack(records[-1].seq)
+        if self.journal.mirrored and records[-1].seq == self.journal.last:
             self._mirror()  # every record is in MLflow: the copy goes
         with self.done:
-            self.delivered = records[-1]["seq"]
+            self.delivered = records[-1].seq
             self.done.notify_all()
 
     def _attempt(self, action):
@@ -205,20 +205,19 @@ class Sender:
                 self.unsure.discard(trial_id)
         return self.runs[trial_id]
 
-    def _send(self, record: dict):
-        trial_id = record["trial_id"]
+    def _send(self, record: Record):
+        trial_id = record.trial_id
         # epochs MLflow has were sent before a restore or by a dead driver
         known = self.max_epoch.get(trial_id, 0)
-        metrics = [Metric(*m) for m in record["metrics"] if m[3] > known]
+        metrics = [Metric(*m) for m in record.metrics if m[3] > known]
         finished = trial_id in self.finished  # a resumed sweep may end it again: leave it
-        tags = [] if finished else [RunTag(*t) for t in record["tags"]]
-        params = [Param(*p) for p in record["params"]]
-        dataset = record.get("dataset")  # absent from records journaled by older versions
-        if not (metrics or tags or params or dataset or (record["end"] and not finished)):
+        tags = [] if finished else [RunTag(*t) for t in record.tags]
+        params = [Param(*p) for p in record.params]
+        if not (metrics or tags or params or record.dataset or (record.end and not finished)):
             return
-        run_id = self._run_id(trial_id, record["name"])
-        if dataset:  # MLflow links a dataset to a run once, however often it is sent
-            self._mlflow().log_inputs(run_id, [dataset_input(dataset)])
+        run_id = self._run_id(trial_id, record.name)
+        if record.dataset:  # MLflow links a dataset to a run once, however often it is sent
+            self._mlflow().log_inputs(run_id, [dataset_input(record.dataset)])
         for i in range(0, max(len(metrics), 1), 900):  # MLflow's batch limit
             self._mlflow().log_batch(
                 run_id,
@@ -228,9 +227,9 @@ class Sender:
             )
         if metrics:
             self.max_epoch[trial_id] = max(m.step for m in metrics)
-        if record["end"] and not finished:
-            self._mlflow().set_terminated(run_id, record["end"], record["end_time"])
-            if record["end"] == "FINISHED":
+        if record.end and not finished:
+            self._mlflow().set_terminated(run_id, record.end, record.end_time)
+            if record.end == "FINISHED":
                 self.finished.add(trial_id)
 
 
@@ -247,22 +246,22 @@ def drain_seconds() -> float:
     return seconds
 
 
-def merged(records: list[dict]) -> dict:
+def merged(records: list[Record]) -> Record:
     """One trial's consecutive records as one: their metrics in order, the last value of each
     param and tag, and the last end."""
-    last_end = next((r for r in reversed(records) if r["end"]), records[-1])
-    return {
-        "trial_id": records[0]["trial_id"],
-        "name": next((r["name"] for r in records if r["name"]), None),
-        "dataset": next((r.get("dataset") for r in records if r.get("dataset")), None),
-        "end": last_end["end"],
-        "end_time": last_end["end_time"],
-        "metrics": [m for r in records for m in r["metrics"]],
-        **{
-            kind: list({k: [k, v] for r in records for k, v in r[kind]}.values())
+    last_end = next((r for r in reversed(records) if r.end), records[-1])
+    return Record(
+        records[0].trial_id,
+        next((r.name for r in records if r.name), None),
+        last_end.end,
+        next((r.dataset for r in records if r.dataset), None),
+        last_end.end_time,
+        [m for r in records for m in r.metrics],
+        *(
+            list({k: [k, v] for r in records for k, v in getattr(r, kind)}.values())
             for kind in ("params", "tags")
-        },
-    }
+        ),
+    )
 
 
 _SENDERS: dict[Path, Sender] = {}  # one sender per journal in this process
