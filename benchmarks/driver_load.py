@@ -119,7 +119,7 @@ def run_rhnsearch(args, work: Path) -> dict:
         storage=root,
         trials=space.num_trials,
         cells=cells,
-        space=space.model_dump(mode="json"),
+        space=space,
         plan=None,
         rounds=(Round(space.samples, space.seeds),),
     )

@@ -133,10 +133,7 @@ def check_cells(example: str, cells: dict, every: pd.DataFrame):
     count, each trial's) are CELLS, those today's space makes: a change to how a budget
     becomes a width or to how a cell's parameters are counted fails here, for every cell it
     moves, even where the space itself reads as before."""
-    today = {
-        (label, c["arch"], c["depth"], c["tied"], c["width"], c["params"])
-        for label, c in cells.items()
-    }
+    today = {(label, c.arch, c.depth, c.tied, c.width, c.params) for label, c in cells.items()}
     kinds = (str, str, int, bool, int, int)
     columns = every[[f"params.{c}" for c in CELL_COLUMNS]]
     recorded = {

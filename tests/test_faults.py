@@ -28,6 +28,7 @@ from test_sweep import check_child_runs
 
 from rhnsearch.cli.ui import server_env
 from rhnsearch.files.layout import STATE_FILE
+from rhnsearch.search.space import Cell
 from rhnsearch.sweep.lifecycle import mark_resumed
 from rhnsearch.sweep.record import read_record
 
@@ -1301,7 +1302,7 @@ def test_resumed_driver_leaves_finished_runs_as_they_were(tmp_path):
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = client.create_experiment("resume")
     parent = client.create_run(experiment).info.run_id
-    cells = {"rhn d1 w8": {"arch": "rhn", "depth": 1, "tied": False, "width": 8, "params": 9}}
+    cells = {"rhn d1 w8": Cell("rhn", 1, False, 8, 9)}
 
     def driver():
         sender._SENDERS.clear()  # a driver process of its own, with a sender of its own

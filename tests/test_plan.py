@@ -97,7 +97,7 @@ def test_ptb_without_its_text_is_timed_on_random_tokens_of_its_size(tmp_path):
         space, preset="smoke", overrides=[s for s in settings if s != "--set"]
     ).cells(10000)
     assert [(c["cell"], c["params"]) for c in plan["cells"]] == [
-        (label, cell["params"]) for label, cell in cells.items()
+        (label, cell.params) for label, cell in cells.items()
     ]
     assert all(c["epoch_seconds"] > 0 for c in plan["cells"])
     assert not list((tmp_path / "no-data").rglob("*.txt"))

@@ -711,9 +711,9 @@ def test_check_solves_word_widths_for_the_datas_vocabulary(data_dir, tmp_path):
         listed = proc.stdout.strip().splitlines()[lines:]
         expected = load_space(space, preset="cpu").cells(size).values()
         assert [int(line.split("width")[1].split()[0]) for line in listed] == [
-            c["width"] for c in expected
+            c.width for c in expected
         ]
-        assert all(abs(c["params"] - 1.5e6) < 0.01 * 1.5e6 for c in expected)
+        assert all(abs(c.params - 1.5e6) < 0.01 * 1.5e6 for c in expected)
     assert "not in the data dir" in proc.stdout and vocab != 10000
 
 

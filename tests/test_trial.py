@@ -5,15 +5,15 @@ import pytest
 
 from rhnsearch.errors import UserError
 from rhnsearch.search.searchers import CellSearcher, round_slots
-from rhnsearch.search.space import load_space
+from rhnsearch.search.space import Cell, load_space
 from rhnsearch.search.trial import TrialSpec, tune_constants
 from rhnsearch.train import TrialConfig
 
 from conftest import JSB_SPACE
 
 CELLS = {
-    "rhn d1 w19": {"arch": "rhn", "depth": 1, "tied": False, "width": 19, "params": 5864},
-    "dtrnn d1 w29": {"arch": "dtrnn", "depth": 1, "tied": False, "width": 29, "params": 6062},
+    "rhn d1 w19": Cell("rhn", 1, False, 19, 5864),
+    "dtrnn d1 w29": Cell("dtrnn", 1, False, 29, 6062),
 }
 # A trial's config in Tune's saved experiment state of a sweep run before the TrialSpec
 # (dd9c428: the JSB smoke preset, archs [rhn, dtrnn], depth 1), as `sweep resume` restores it.

@@ -79,8 +79,8 @@ def cmd_check(args):
         )
     for cell in space.cells_for(data).values():
         print(
-            f"  {cell['arch']:>7} depth {cell['depth']:>2} tied {str(cell['tied']):5} "
-            f"width {cell['width']:>5} params {cell['params']:>11,}"
+            f"  {cell.arch:>7} depth {cell.depth:>2} tied {str(cell.tied):5} "
+            f"width {cell.width:>5} params {cell.params:>11,}"
         )
 
 

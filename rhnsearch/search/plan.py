@@ -172,11 +172,11 @@ def plan(
     for label, cell in cells.items():
         if on_progress:
             on_progress(label)
-        config = TrialConfig.from_dict({**constants, **cell})
+        config = TrialConfig.from_dict({**constants, **cell.model})
         rows.append(
             CellPlan(
                 label,
-                cell["params"],
+                cell.params,
                 epoch_seconds(config, data),
                 per_cell * space.epochs,
                 per_cell * share,

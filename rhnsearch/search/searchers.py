@@ -29,7 +29,7 @@ from ray.tune.search import Searcher
 from ..files import storage, versions
 from ..files.layout import OPTUNA_JOURNAL
 from ..models import resolve_arch
-from .space import Distribution, Space
+from .space import Cell, Distribution, Space
 from .trial import tune_config
 
 METRIC, MODE = "valid_loss", "min"
@@ -78,11 +78,11 @@ class CellSearcher(Searcher):
     many trials as any other at every moment. Saved with Tune's experiment (`saved`: its
     position), so a resumed round goes on where it stopped."""
 
-    def __init__(self, space: Space, cells: dict, constants: dict, slots: list[tuple]):
+    def __init__(self, space: Space, cells: dict[str, Cell], constants: dict, slots: list[tuple]):
         super().__init__(metric=METRIC, mode=MODE)
         self.params = {
             label: {
-                k: d for k, d in space.params.items() if k not in resolve_arch(cell["arch"]).unused
+                k: d for k, d in space.params.items() if k not in resolve_arch(cell.arch).unused
             }
             for label, cell in cells.items()
         }

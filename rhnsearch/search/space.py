@@ -9,6 +9,7 @@ over the base; `--set key.sub=value` overrides any field last.
 import copy
 import importlib
 import re
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -82,6 +83,23 @@ class Scheduler(Strict):
 class Resources(Strict):
     cpu: float = Field(1.0, gt=0)
     gpu: float = Field(0.0, ge=0)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One (arch, depth, tied) cell of a space, at the width its budget solved to, with the
+    parameters its model has."""
+
+    arch: str
+    depth: int
+    tied: bool
+    width: int
+    params: int
+
+    @property
+    def model(self) -> dict:
+        """The cell's fields of a TrialConfig."""
+        return {k: v for k, v in asdict(self).items() if k != "params"}
 
 
 class Space(Strict):
@@ -223,14 +241,13 @@ class Space(Strict):
         """The torch threads of one trial: its CPUs, at least one."""
         return max(1, int(self.resources.cpu))
 
-    def cells_for(self, data) -> dict[str, dict]:
+    def cells_for(self, data) -> dict[str, Cell]:
         """The cells, word widths solved for DATA's vocabulary (PTB's where DATA has none or
         is None)."""
         return self.cells(len(getattr(data, "vocab", ())) or PTB_VOCAB)
 
-    def cells(self, vocab_size: int = PTB_VOCAB) -> dict[str, dict]:
-        """The (arch, depth, tied) cells, by label ("rhn d4 w830", "... WT" when tied): dicts
-        of arch, depth, tied, width, params."""
+    def cells(self, vocab_size: int = PTB_VOCAB) -> dict[str, Cell]:
+        """The (arch, depth, tied) cells, by label ("rhn d4 w830", "... WT" when tied)."""
         cells = {}
         for arch in self.archs:
             for depth in self.depths_of(arch):
@@ -252,13 +269,8 @@ class Space(Strict):
                             vocab_size,
                         )
                     label = f"{arch} d{depth} w{width}" + (" WT" if tied else "")
-                    cells[label] = {
-                        "arch": arch,
-                        "depth": depth,
-                        "tied": tied,
-                        "width": width,
-                        "params": count_params(self.task, arch, depth, width, tied, vocab_size),
-                    }
+                    params = count_params(self.task, arch, depth, width, tied, vocab_size)
+                    cells[label] = Cell(arch, depth, tied, width, params)
         return cells
 
     @property

@@ -15,7 +15,7 @@ from ..errors import UserError
 from ..models import resolve_arch
 from ..tasks import get_task
 from ..train import TrialConfig
-from .space import Space
+from .space import Cell, Space
 
 CONFIG_FIELDS = {f.name for f in fields(TrialConfig)}
 SWEEP_FIELDS = ("cell", "data_dir", "preset", "study", "confirms")  # not TrialConfig's
@@ -34,23 +34,22 @@ class TrialSpec:
     confirms: str | None = None  # a confirmation trial: the id of the search trial it repeats
 
     @classmethod
-    def from_tune(cls, config: dict, cells: dict) -> TrialSpec:
-        """The trial of a Tune CONFIG (`tune_config`), its cell's fields looked up by label in
-        CELLS (the sweep's cells: label -> arch, depth, tied, width, params). A key that is
-        neither a sweep's field nor a TrialConfig field is a UserError, never dropped."""
+    def from_tune(cls, config: dict, cells: dict[str, Cell]) -> TrialSpec:
+        """The trial of a Tune CONFIG (`tune_config`), its cell looked up by label in CELLS
+        (the sweep's). A key that is neither a sweep's field nor a TrialConfig field is a
+        UserError, never dropped."""
         values = dict(config)
         sweep = {k: values.pop(k) for k in SWEEP_FIELDS if k in values}
         if "cell" not in sweep or sweep["cell"] not in cells:
             raise UserError(f"trial config names no cell of the sweep: {sweep.get('cell')!r}")
-        cell = dict(cells[sweep["cell"]])
-        n_params = cell.pop("params")
-        unknown = sorted(set(values) - CONFIG_FIELDS) + sorted(set(cell) - CONFIG_FIELDS)
+        cell = cells[sweep["cell"]]
+        unknown = sorted(set(values) - CONFIG_FIELDS)
         if unknown:
             raise UserError(
                 f"trial config has an unknown key {unknown[0]!r}: use the fields of "
                 "TrialConfig, cell, data_dir, preset, study or confirms"
             )
-        return cls(TrialConfig(**{**values, **cell}), n_params=n_params, **sweep)
+        return cls(TrialConfig(**{**values, **cell.model}), n_params=cell.params, **sweep)
 
     def mlflow_params(self) -> dict[str, str]:
         """The params of the trial's MLflow run: every config field its arch reads, its cell,

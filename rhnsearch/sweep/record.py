@@ -12,7 +12,7 @@ from ..files import storage
 from ..files.layout import SweepPaths
 from ..files.parent_run import ParentRun
 from ..files.versions import RECORD_VERSION, current_record
-from ..search.space import Space, validated
+from ..search.space import Cell, Space, validated
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ class SweepRecord:
     data_dir: str  # absolute: the trials read their dataset there
     storage: str  # the storage root; the sweep's folder is STORAGE/NAME
     trials: int  # in all rounds
-    cells: dict[str, dict]  # label ('rhn d4 w96') -> arch, depth, tied, width, params
+    cells: dict[str, Cell]  # by label ('rhn d4 w96')
     space: Space  # of the last round
     plan: dict | None  # the plan of `sweep plan --json` given with --plan
     rounds: tuple[Round, ...]  # the first, then one per extend or confirm
@@ -106,6 +106,7 @@ class SweepRecord:
             **{
                 **data,
                 "space": validated(data["space"], f"{where}: space"),
+                "cells": {label: Cell(**cell) for label, cell in data["cells"].items()},
                 "overrides": tuple(data["overrides"]),
                 "rounds": tuple(Round.from_json(r) for r in data["rounds"]),
             }
@@ -116,6 +117,7 @@ class SweepRecord:
         data = {"version": RECORD_VERSION}
         data |= {f.name: getattr(self, f.name) for f in fields(self)}
         data["space"] = self.space.model_dump(mode="json")
+        data["cells"] = {label: asdict(cell) for label, cell in self.cells.items()}
         data["overrides"] = list(self.overrides)
         data["rounds"] = [r.to_json() for r in self.rounds]
         return data

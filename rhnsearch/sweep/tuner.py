@@ -108,7 +108,7 @@ def restored_round(path: str, filesystem, space: Space, record: SweepRecord) -> 
     )
     for part in ray_compat.restored_parts(tuner):
         if isinstance(part, MLflowTracker):
-            part.run = record.parent_run
+            part.run, part.cells = record.parent_run, record.cells
         elif isinstance(part, CellASHAScheduler) and part.state_file:
             part.state_file = record.paths.scheduler_state
         elif isinstance(part, CellStudies):
