@@ -176,7 +176,7 @@ def format_summary(summary: dict) -> str:
     )
 
 
-def report(summary, as_json) -> int:
+def print_summary(summary, as_json) -> int:
     """Print the summary; exit code 0 only if every trial completed, stopped or diverged."""
     from .output import print_json
 
@@ -209,7 +209,7 @@ def sweep_then_report(sweep, as_json: bool, verbose: bool = False) -> int:
         finally:
             watching.stop()
             ray.shutdown()
-    return report(summary, as_json)
+    return print_summary(summary, as_json)
 
 
 def cmd_run(args):

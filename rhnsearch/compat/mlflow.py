@@ -12,7 +12,7 @@ searched through MlflowClient, and the histories read run by run.
 
 from . import require, tested
 
-SUPPORTED = ">=3.17,<3.18"
+SUPPORTED = ">=3.17,<3.19"
 
 
 def dataset_input_tags(context: str) -> list:

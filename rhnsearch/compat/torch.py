@@ -13,7 +13,7 @@ import torch
 
 from . import tested
 
-SUPPORTED = ">=2.13,<2.14"
+SUPPORTED = ">=2.13,<2.16"
 PUBLIC = "using public torch ops instead (slower on CPU)"
 
 

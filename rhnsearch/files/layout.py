@@ -6,6 +6,7 @@ docs/architecture.md draws a sweep's life over this layout.
 
 import os
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from ..errors import UserError
@@ -82,6 +83,11 @@ def round_name(name: str, index: int) -> str:
     """Tune's experiment name of round INDEX of the sweep NAME: the sweep's own, then
     NAME/extend-INDEX inside it."""
     return name if index == 0 else f"{name}/{EXTEND_DIR.format(index)}"
+
+
+def default_name(study: str, preset: str | None) -> str:
+    """A sweep's name where none is given: its study, preset and start, to the second."""
+    return f"{study}-{preset or 'base'}-{datetime.now():%Y%m%d-%H%M%S}"
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ MLflow store, plan), so that bad input stops a sweep before anything is written.
 import errno
 import os
 import tempfile
-from datetime import datetime
 from pathlib import Path
 
 from ..cluster.connect import check_address, check_gpus
@@ -14,7 +13,7 @@ from ..data import data_dir as default_data_dir
 from ..data import load_dataset
 from ..errors import UserError, first_line
 from ..files import storage
-from ..files.layout import LOCAL_SWEEPS, sweep_storage
+from ..files.layout import LOCAL_SWEEPS, default_name, sweep_storage
 from ..search.plan import load_plan
 from ..search.space import load_space
 from ..tracking.uris import check_store, resolve_tracking_uri, sqlite_path
@@ -126,7 +125,7 @@ def checked_sweep(
         check_store(uri)  # a server that does not answer fails before Ray starts
     cells = space.cells_for(data)
     planned = load_plan(plan, cells) if plan else None
-    name = name or f"{space.study}-{preset or 'base'}-{datetime.now():%Y%m%d-%H%M%S}"
+    name = name or default_name(space.study, preset)
     return SweepRecord(
         name=name,
         space_path=str(space_path),

@@ -11,7 +11,6 @@ import shlex
 import shutil
 import tempfile
 import time
-from datetime import datetime
 from pathlib import Path
 
 import yaml
@@ -20,7 +19,7 @@ from ray.exceptions import AuthenticationError
 from ..cluster.connect import CELLS_SHIPPED_ENV, check_address, refused_token
 from ..errors import UserError, first_line
 from ..files import storage
-from ..files.layout import STORAGE_ENV
+from ..files.layout import STORAGE_ENV, default_name
 from ..provenance import COMMIT_ENV, DIRTY_ENV, git_commit
 from ..search.space import load_space
 
@@ -116,7 +115,7 @@ def submit(
             "of the cluster can read them: pass --storage-path with an absolute "
             "path of a shared directory or a bucket URI (s3://BUCKET/PATH)"
         )
-    name = name or f"{loaded.study}-{preset or 'base'}-{datetime.now():%Y%m%d-%H%M%S}"
+    name = name or default_name(loaded.study, preset)
     client = job_client(address)
     command = entrypoint(space, name, uri, storage_path, {"preset": preset, **options}, overrides)
     env = runtime_env()

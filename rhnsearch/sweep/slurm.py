@@ -24,7 +24,6 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 
 from ..errors import UserError, first_line
@@ -36,6 +35,7 @@ from ..files.layout import (
     SBATCH_FILE,
     SLURM_OUTPUT,
     SweepPaths,
+    default_name,
     sweep_storage,
 )
 from ..search.space import load_space
@@ -114,7 +114,7 @@ def batch_script(
     )
 
 
-def submit(script: Path) -> str:
+def sbatch(script: Path) -> str:
     """sbatch the script; returns the job id."""
     try:
         proc = subprocess.run(
@@ -326,7 +326,7 @@ def run_job(job_dir: str, sweep_args: list[str], command: str = "run") -> int:
             )
         wait_for_nodes(f"{head}:{base}", len(nodes), job.env)
         args = [command, *sweep_args, "--address", f"{head}:{base}"]
-        code = run_sweep(args, job.env, stopping)
+        code = run_driver(args, job.env, stopping)
         if stopping and code != 0 and job_state(job.id) == "RUNNING":
             log(
                 f"stopped by Slurm's warning signal at {time.strftime('%H:%M:%S')}: the "
@@ -370,7 +370,7 @@ def wait_for_nodes(address: str, count: int, env: dict):
         time.sleep(2)
 
 
-def run_sweep(args: list[str], env: dict, stopping: list) -> int:
+def run_driver(args: list[str], env: dict, stopping: list) -> int:
     """`rhnsearch sweep ARGS` (run or confirm) in a process of its own; Slurm's SIGTERM
     reaches it as SIGINT, which stops a sweep as Ctrl-C does (Tune saves its state, the trials
     stop)."""
@@ -447,7 +447,7 @@ def submit_sweep(
     check_request(request)
     uri = resolve_tracking_uri(tracking_uri)
     root = sweep_storage(storage_path, None)  # the job's Ray is not there yet: no address
-    name = name or f"{loaded.study}-{preset or 'base'}-{datetime.now():%Y%m%d-%H%M%S}"
+    name = name or default_name(loaded.study, preset)
     job_dir = SweepPaths(root, name).slurm_dir
     args = sweep_args(
         str(Path(space).resolve()), name, uri, root, {"preset": preset, **options}, overrides
@@ -487,4 +487,4 @@ def written(path: Path, text: str, dry_run: bool) -> tuple[Path, str, str | None
         return path, text, None
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
-    return path, text, submit(path)
+    return path, text, sbatch(path)
