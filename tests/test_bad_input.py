@@ -419,6 +419,38 @@ OWN_CELL_CASES = {  # NAME of the module written -> (the arch, what the error sa
 }
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["run", *UNREACHABLE_RAY],  # refused before it reaches for the cluster
+        ["submit", "--address", "http://127.0.0.1:9"],  # a Ray Job
+        ["submit", "--slurm", "--dry-run"],  # a Slurm job's script
+    ],
+)
+def test_a_request_is_checked_alike_however_it_is_sent(command, tmp_path):
+    """One check of a sweep's request (`checks.checked_space`) for `sweep run`, a Ray Job and
+    a Slurm job: an Optuna search with more than one seed a setting is one line, exit 2,
+    nothing written, before a cluster is reached or a script made."""
+    proc = rhnsearch_main(
+        "sweep",
+        command[0],
+        ROOT / "spaces" / "ptb_hsg.yaml",  # its settings sample no seed: a random search's
+        "--set",  # seeds may repeat them
+        "seeds=2",
+        "--search",
+        "optuna",
+        "--tracking-uri",
+        "http://127.0.0.1:9",
+        "--storage-path",
+        tmp_path / "sweeps",
+        *command[1:],
+        cwd=tmp_path,
+        check=False,
+    )
+    one_line_error(proc.returncode, proc.stderr, "seeds (2) repeats each setting of a random")
+    assert files_under(tmp_path) == []
+
+
 @pytest.mark.parametrize("command", ["run", "check"])
 @pytest.mark.parametrize("case", list(OWN_CELL_CASES))
 def test_bad_own_cell_is_one_line_before_ray(case, command, tmp_path, monkeypatch):

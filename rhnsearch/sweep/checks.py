@@ -15,7 +15,7 @@ from ..errors import UserError, first_line
 from ..files import storage
 from ..files.layout import LOCAL_SWEEPS, default_name, sweep_storage
 from ..search.plan import load_plan
-from ..search.space import load_space
+from ..search.space import Space, load_space
 from ..tracking.uris import check_store, resolve_tracking_uri, sqlite_path
 from .record import Round, SweepRecord
 
@@ -81,6 +81,20 @@ def check_storage(root: str):
         ) from None
 
 
+def checked_space(space_path, preset: str | None, overrides, search: str | None) -> Space:
+    """The space of a sweep request, and the search it runs with (SEARCH, else the space's),
+    checked alike wherever the sweep is asked for: `sweep run` (`checked_sweep`), a Ray Job
+    (`jobs.submit`) and a Slurm job (`slurm.submit_sweep`), so that bad input is one line
+    here, not a job's failure on the cluster."""
+    space = load_space(space_path, preset=preset, overrides=overrides)
+    if (search or space.search) != "random" and space.seeds > 1:
+        raise UserError(
+            f"seeds ({space.seeds}) repeats each setting of a random search: drop "
+            "--search optuna, or run with seeds 1"
+        )
+    return space
+
+
 def checked_sweep(
     space_path,
     *,
@@ -100,7 +114,7 @@ def checked_sweep(
     the cluster's address or this machine's GPUs, the storage, the search, the dataset
     (fetched on first use), the MLflow store, the plan. The record's experiment and parent
     run are not made yet: their ids are empty (`lifecycle.recorded_sweep` makes them)."""
-    space = load_space(space_path, preset=preset, overrides=overrides)
+    space = checked_space(space_path, preset, overrides, search)
     # Absolute paths first: in a Ray Job, joining the cluster may replace the working dir.
     space_path = Path(space_path).resolve()
     if address:
@@ -111,11 +125,6 @@ def checked_sweep(
     check_writable(LOCAL_SWEEPS.resolve() if storage.is_uri(root) else Path(root))
     check_storage(root)
     search = search or space.search
-    if search != "random" and space.seeds > 1:
-        raise UserError(
-            f"seeds ({space.seeds}) repeats each setting of a random search: drop "
-            "--search optuna, or run with seeds 1"
-        )
     scheduler = scheduler or space.scheduler.name
     data_root = default_data_dir(data_dir).resolve()
     # fetched on first use, before Ray starts

@@ -21,7 +21,7 @@ from ..errors import UserError, first_line
 from ..files import storage
 from ..files.layout import STORAGE_ENV, default_name
 from ..provenance import COMMIT_ENV, DIRTY_ENV, git_commit
-from ..search.space import load_space
+from .checks import checked_space
 
 RUNTIME_ENV = Path("jobs/runtime_env.yaml")
 
@@ -100,7 +100,7 @@ def submit(
 ) -> str:
     """Validate here, then submit; returns the job id. `options`: search, scheduler,
     data_dir (a path on the cluster) and experiment, passed on as given."""
-    loaded = load_space(space, preset=preset, overrides=overrides)
+    loaded = checked_space(space, preset, overrides, options.get("search"))
     uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     if not uri or not uri.startswith(("http://", "https://")):
         raise UserError(

@@ -38,8 +38,8 @@ from ..files.layout import (
     default_name,
     sweep_storage,
 )
-from ..search.space import load_space
 from ..tracking.uris import resolve_tracking_uri
+from .checks import checked_space
 
 COMMANDS = {"run": "submit", "confirm": "confirm"}  # what a job runs: the command writing it
 PORT_BASE, PORT_SLOTS, SLOT_SIZE = 20000, 400, 100  # ports 20000-59999, 100 to a slot
@@ -443,7 +443,7 @@ def submit_sweep(
     scheduler, data_dir (a path on the cluster) and experiment, passed on as given."""
     from .jobs import sweep_args
 
-    loaded = load_space(space, preset=preset, overrides=overrides)
+    loaded = checked_space(space, preset, overrides, options.get("search"))
     check_request(request)
     uri = resolve_tracking_uri(tracking_uri)
     root = sweep_storage(storage_path, None)  # the job's Ray is not there yet: no address
