@@ -94,3 +94,17 @@ def test_an_unknown_sweep_is_one_line_naming_the_known(tmp_path):
     stored(tmp_path, "sweep_state_dd9c428.json")
     with pytest.raises(UserError, match=r"no sweep named 'nope' .* known sweeps are old \("):
         read_record(str(tmp_path), "nope")
+
+
+def test_a_record_reads_without_its_own_cells_module_which_running_it_needs(tmp_path):
+    """A sweep of a cell of one's own is read (`sweep status`, `--watch`) where its module is
+    not importable: its space was checked when it ran. Running it (`cell_modules`, which
+    resume, extend and confirm take before Ray starts) needs the module, in one line."""
+    record, _ = stored(tmp_path, "sweep_state_dd9c428_extended.json")
+    data = record.to_json()
+    data["space"]["archs"] = ["nosuchmodule_of_mine:MyCell"]
+    (tmp_path / "old" / STATE_FILE).write_text(json.dumps(data))
+    mine = read_record(str(tmp_path), "old")
+    assert mine.space.archs == ["nosuchmodule_of_mine:MyCell"]
+    with pytest.raises(UserError, match=r"nosuchmodule_of_mine:MyCell: cannot import it"):
+        _ = mine.space.cell_modules

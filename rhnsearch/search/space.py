@@ -143,7 +143,9 @@ class Space(Strict):
 
     @field_validator("archs")
     @classmethod
-    def known_archs(cls, v):
+    def known_archs(cls, v, info):
+        if (info.context or {}).get("stored"):
+            return v  # resolved when the sweep ran; a cell of one's own is imported to run it
         for arch in v:
             try:
                 resolve_arch(arch)
@@ -371,11 +373,13 @@ def resolve(raw: dict, preset: str | None, overrides=(), source: str = "space") 
     return doc
 
 
-def validated(doc: dict, where: str) -> Space:
+def validated(doc: dict, where: str, *, stored: bool = False) -> Space:
     """The Space of DOC (a space's fields, read from WHERE), or a one-line UserError naming
-    WHERE and the first field that is wrong."""
+    WHERE and the first field that is wrong. A STORED space (a sweep's record) was checked when
+    its sweep ran: its archs are not resolved again, so reading a record needs no cell module
+    of one's own (`cell_modules` and the trials import them)."""
     try:
-        return Space.model_validate(doc)
+        return Space.model_validate(doc, context={"stored": stored})
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"]).encode("unicode_escape").decode() or "space"

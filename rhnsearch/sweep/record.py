@@ -105,7 +105,7 @@ class SweepRecord:
         return cls(
             **{
                 **data,
-                "space": validated(data["space"], f"{where}: space"),
+                "space": validated(data["space"], f"{where}: space", stored=True),
                 "cells": {label: Cell(**cell) for label, cell in data["cells"].items()},
                 "overrides": tuple(data["overrides"]),
                 "rounds": tuple(Round.from_json(r) for r in data["rounds"]),
