@@ -168,11 +168,11 @@ def synthetic_histories(epochs: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def pick_curve(curves: dict, label: str, cell: dict, seed: int) -> dict:
+def pick_curve(curves: dict, label: str, cell, seed: int) -> dict:
     """The curve a trial of the cell LABEL and SEED replays: one of its arch and depth's (of
     all of them where the history has none of that cell), the same for the same cell and
     seed."""
-    same = curves.get(f"{cell['arch']} d{cell['depth']}")
+    same = curves.get(f"{cell.arch} d{cell.depth}")
     group = same or [c for key in sorted(curves) for c in curves[key]]
     return group[zlib.crc32(f"{label} {seed}".encode()) % len(group)]
 
@@ -241,7 +241,7 @@ def simulated(curves, epoch_ms: float, starts: Path, fill: tuple[Path, int] | No
             with tempfile.TemporaryDirectory() as directory:
                 save(Path(directory), state, seconds)
                 tune.report(
-                    {**metrics, **placement, **spent, "n_params": cell["params"]},
+                    {**metrics, **placement, **spent, "n_params": cell.params},
                     checkpoint=tune.Checkpoint.from_directory(directory),
                 )
 

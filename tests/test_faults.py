@@ -207,7 +207,7 @@ def test_worker_then_driver_killed_trial_goes_on_from_its_checkpoints(tmp_path, 
     assert runs[0].data.tags["status"] == "completed"
     assert_full_histories(client, runs[0], epochs)
     config = json.loads((directory / trial_dir / "params.json").read_text())
-    cells = json.loads((directory / "rhnsearch_sweep.json").read_text())["cells"]
+    cells = read_record(str(directory.parent), sweep.name).cells
     unbroken = Trainer(
         TrialSpec.from_tune(config, cells).config,
         load_dataset("jsb", data_dir=data_dir, allow_fetch=False),

@@ -744,7 +744,7 @@ def test_extend_a_finished_sweep_with_settings_then_seeds(tmp_path, data_dir, sw
     from rhnsearch.results.export import markdown
     from rhnsearch.results.studies import KINDS
     from rhnsearch.search.searchers import CellSearcher, round_slots
-    from rhnsearch.search.space import Space
+    from rhnsearch.sweep.record import read_record
 
     uri = f"sqlite:///{tmp_path / 'results/mlflow.db'}"
     run = ("sweep", "run", JSB_SPACE, "--preset", "smoke", "--data-dir", data_dir, "--json")
@@ -786,9 +786,8 @@ def test_extend_a_finished_sweep_with_settings_then_seeds(tmp_path, data_dir, sw
     check_child_runs(client, runs, 16)
     assert {r.info.run_id: run_fields(client, r) for r in runs if r.info.run_id in first} == first
     new = [r for r in runs if r.info.run_id not in first]
-    state = json.loads((tmp_path / "results/sweeps/ext/rhnsearch_sweep.json").read_text())
-    space = Space.model_validate(state["space"])
-    drawn = CellSearcher(space, state["cells"], {}, round_slots(4, 1, done=(2, 1)))
+    record = read_record(str(tmp_path / "results/sweeps"), "ext")
+    drawn = CellSearcher(record.space, record.cells, {}, round_slots(4, 1, done=(2, 1)))
     expected = [drawn.suggest(str(i)) for i in range(8)]
     assert sorted((r.data.params["cell"], float(r.data.params["lr"])) for r in new) == sorted(
         (c["cell"], c["lr"]) for c in expected
