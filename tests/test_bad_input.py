@@ -563,3 +563,45 @@ def test_a_bad_mlflow_wait_is_one_line_before_anything_is_stored(wait, tmp_path,
     )
     one_line_error(proc.returncode, proc.stderr, "RHNSEARCH_MLFLOW_WAIT")
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["report", "--out", "report.html"],
+        ["table"],
+        ["plot", "swarm", "--out", "swarm.png"],
+    ],
+)
+def test_a_sweep_whose_trials_all_failed_is_one_line_for_the_results(command, tmp_path):
+    """Every trial of the sweep failed before its first epoch (a real MLflow store: the parent
+    run and three failed trial runs, their params only): the report, table and plot say in
+    one line that the trials logged no metric, exit 2, writing nothing (the report was a
+    pandas KeyError traceback)."""
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("failed", artifact_location=(tmp_path / "a").as_uri())
+    tags = {"sweep": "s", "study": "jsb_optimization", "report": "optimization"}
+    parent = client.create_run(experiment, run_name="s", tags={**tags, "kind": "sweep"})
+    for i in range(3):
+        run = client.create_run(
+            experiment,
+            run_name=f"t{i}",
+            tags={"mlflow.parentRunId": parent.info.run_id, "sweep": "s", "kind": "trial",
+                  "trial_id": f"t{i}", "status": "failed", "error": "RuntimeError: no"},
+        )  # fmt: skip
+        params = {"arch": "rhn", "depth": 1, "width": 8, "tied": False, "n_params": 100}
+        params |= {"cell": "rhn d1 w8", "dataset": "jsb", "lr": 0.1 * (i + 1), "seed": i}
+        for key, value in params.items():
+            client.log_param(run.info.run_id, key, value)
+        client.set_terminated(run.info.run_id, "FAILED")
+    client.set_terminated(parent.info.run_id, "FINISHED")
+    before = files_under(tmp_path)
+    proc = rhnsearch_main(
+        "results", *command, "--experiment", "failed", "--tracking-uri", uri,
+        cwd=tmp_path, check=False,
+    )  # fmt: skip
+    one_line_error(proc.returncode, proc.stderr, "no metric 'best_valid_loss' in sweep s: its")
+    assert files_under(tmp_path) == before

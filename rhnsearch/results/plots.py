@@ -19,6 +19,7 @@ from .plot_importance import importance_bars
 from .plot_parallel import PARALLEL_MAX, parallel
 from .plot_swarm import CROWDED_SWARM, LOG_SPAN, SWARM_MAX, swarm
 from .studies import kind_of
+from .tables import check_metric
 
 __all__ = [  # the figures and bounds the report, the CLI, tests and benchmarks use from here
     "LOG_SPAN",
@@ -62,11 +63,7 @@ def draw(
 ) -> Figure:
     """The figure KIND of the sweep CHOSEN, drawn from its search TRIALS."""
     metric = metric or ("best_valid_loss" if kind == "swarm" else "valid_loss")
-    if f"metrics.{metric}" not in trials:
-        raise UserError(
-            f"no metric {metric!r} in sweep {chosen['sweep']}: use one of "
-            f"{', '.join(c[8:] for c in trials if c.startswith('metrics.'))}"
-        )
+    check_metric(trials, chosen["sweep"], metric)
     if kind == "swarm":
         return swarm(chosen, trials, metric)
     if kind == "curves":

@@ -337,6 +337,7 @@ def render(exp: store.Experiment, sweep: str | None = None, top: int = 5, *, run
     trials = store.search_trials(every)
     parent = exp.client.get_run(chosen["run_id"])
     children = [r for r in runs if r.tags.get(schema.PARENT_RUN) == chosen["run_id"]]
+    tables.check_metric(trials, chosen["sweep"], "best_valid_loss")
     measured = measured_finding(chosen, trials)
     title = f"{exp.name} · sweep {chosen['sweep']} · {tables.sweep_dataset(trials)}"
     body = {

@@ -20,7 +20,6 @@ from functools import partial
 
 import pandas as pd
 
-from ..errors import UserError
 from ..tracking import store
 from . import published, tables, uncertainty
 from .claims import optimization_claims
@@ -143,11 +142,7 @@ def table(
     path = check_out(out, tables.TABLE_OUT, force) if out else None
     exp = store.open_experiment(experiment, tracking_uri)
     chosen, trials = store.sweep_trials(exp, sweep)
-    if f"metrics.{metric}" not in trials:
-        raise UserError(
-            f"no metric {metric!r} in sweep {chosen['sweep']}: use one of "
-            f"{', '.join(c[8:] for c in trials if c.startswith('metrics.'))}"
-        )
+    tables.check_metric(trials, chosen["sweep"], metric)
     kind = kind_of(chosen)
     frame, text = kind.table(trials, metric), kind.caption(chosen, trials, metric)
     if path is None:

@@ -3,11 +3,22 @@
 import numpy as np
 import pandas as pd
 
+from ..errors import UserError
 from ..tracking import schema
 from . import arch_label, arch_order, dataset_label, published, uncertainty
 from .expected_best import BEST_OF, expected_best
 
 TABLE_OUT = (".md", ".tex", ".csv")
+
+
+def check_metric(trials: pd.DataFrame, sweep: str, metric: str):
+    """A one-line UserError unless the TRIALS of SWEEP logged METRIC."""
+    if f"metrics.{metric}" not in trials:
+        logged = [c.removeprefix("metrics.") for c in trials if c.startswith("metrics.")]
+        raise UserError(
+            f"no metric {metric!r} in sweep {sweep}: "
+            + (f"use one of {', '.join(logged)}" if logged else "its trials logged none")
+        )
 
 
 def finished(trials: pd.DataFrame, metric: str) -> pd.Series:
