@@ -1245,7 +1245,8 @@ def test_a_backlog_is_read_and_rewritten_in_bytes_linear_in_its_length(tmp_path,
     BATCH), reads the journal about once and copies it about once more in all (its rewrites
     past COMPACT_BYTES), not its whole length at every batch: the bytes counted by the kernel.
     Before, the journal was read whole at every batch and rewritten at every COMPACT_BYTES / 2
-    sent: 41 and 20 times its length here."""
+    sent: 41 and 20 times its length here. A sender whose records come from its queue only
+    acknowledges them: its scans go on from where the last ended too."""
     from rhnsearch.tracking import journal as journals
 
     monkeypatch.setattr(journals, "COMPACT_BYTES", 64 << 10)
@@ -1258,6 +1259,17 @@ def test_a_backlog_is_read_and_rewritten_in_bytes_linear_in_its_length(tmp_path,
         batch = journal.records(journal.sent(), 500)
         assert [r.seq for r in batch] == list(range(journal.sent() + 1, journal.sent() + 501))
         journal.ack(batch[-1].seq)
+    read, written = (after - before for after, before in zip(io_bytes(), (read, written)))
+    assert not journal.path.exists()
+    assert read < 2.5 * size and written < 1.5 * size, (read / size, written / size)
+
+    # a sender whose records come from its queue reads none back, and acknowledges them
+    journal = journals.Journal(tmp_path / "queued")
+    for n in range(1, 20_001):
+        journal.append(journals.Record(f"t{n % 7}", metrics=[["loss", 1.0 / n, 0, n]]))
+    read, written = io_bytes()
+    for seq in range(500, 20_001, 500):
+        journal.ack(seq)
     read, written = (after - before for after, before in zip(io_bytes(), (read, written)))
     assert not journal.path.exists()
     assert read < 2.5 * size and written < 1.5 * size, (read / size, written / size)

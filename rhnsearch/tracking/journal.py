@@ -72,8 +72,9 @@ class Journal:
         self.sent_path = Path(directory) / SENT_FILE
         self.mirror = mirror
         self.lock = threading.Lock()
-        # where the last read ended: (the file's inode, the last record's number, the offset
-        # after its line), so that the next read from there reads only what follows it
+        # how far the journal is known: (the file's inode, a number N, the offset before which
+        # every line is numbered N or less), so that a read or an acknowledgement after N
+        # reads on from there
         self.cursor = (None, 0, 0)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._cut_torn_line()
@@ -111,10 +112,10 @@ class Journal:
 
     def records(self, after: int = 0, limit: int | None = None) -> list[Record]:
         """The journal's records numbered above AFTER, the first LIMIT of them (None: all).
-        Read on from where the last read ended where that was AFTER (a sender working through
-        a long journal reads each line once), else from the start, the lines numbered up to
-        AFTER skipped unparsed (a sent line that is damaged hides nothing after it). A line cut
-        short (by a dying driver, or still being appended) ends the list."""
+        Read on from the cursor (`_start`: a sender working through a long journal reads each
+        line about once), the lines numbered up to AFTER skipped unparsed (a sent line that is
+        damaged hides nothing after it). A line cut short (by a dying driver, or still being
+        appended) ends the list."""
         found = []
         try:
             journal = open(self.path, "rb")
@@ -138,16 +139,20 @@ class Journal:
         return found
 
     def _start(self, journal, inode: int, after: int) -> int:
-        """Seek JOURNAL (open at its start) to its first line numbered above AFTER, or the first
-        line whose number is not at its end; returns the offset."""
-        if self.cursor[:2] == (inode, after):
-            return journal.seek(self.cursor[2])
-        offset = 0
+        """Seek JOURNAL to its first line numbered above AFTER, or the first whose number is
+        not at its end; returns the offset. The scan goes on from the cursor where it is in
+        this file and not past AFTER (the sender's reads and acknowledgements move forward:
+        each line is scanned about once), else from the start; lines skipped are not parsed."""
+        known, seen, offset = self.cursor
+        if known != inode or seen > after:
+            offset = 0
+        journal.seek(offset)
         for line in journal:
             number = NUMBER.search(line.rstrip(b"\n"))
             if number is None or int(number[1]) > after or not line.endswith(b"\n"):
                 break
             offset += len(line)
+        self.cursor = (inode, after, offset)
         return journal.seek(offset)
 
     def append(self, record: Record, seq: int | None = None) -> Record:
