@@ -200,17 +200,17 @@ STARTS = {
 }
 
 
-def rhnsearch_cli(*args, cwd, timeout=300, check=True, env=None):
-    """Run the real `rhnsearch` command line in a subprocess (its whole process group is
-    killed if it outlives `timeout`, so no Ray process is left behind). A command that
-    started Ray or a server fails a test that lacks the tier (tiers.needs)."""
+def run_in_group(command: list, what: str, *, cwd, env: dict, timeout: float, check: bool):
+    """Run COMMAND (named WHAT in errors) in a session of its own, its output captured; its
+    whole process group is killed if it outlives TIMEOUT (no Ray or server left behind), and
+    with CHECK an exit other than 0 fails the test with the end of its output."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rhnsearch.cli", *map(str, args)],
+        [str(c) for c in command],
         cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, **(env or {})},
+        env=env,
         start_new_session=True,
     )
     try:
@@ -218,21 +218,36 @@ def rhnsearch_cli(*args, cwd, timeout=300, check=True, env=None):
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
+        raise AssertionError(f"{what} ran over {timeout}s:\n{err[-4000:]}") from None
+    if check and proc.returncode != 0:
         raise AssertionError(
-            f"rhnsearch {' '.join(map(str, args))} ran over {timeout}s:\n{err[-4000:]}"
-        ) from None
-    result = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+            f"{what} exited {proc.returncode}:\n{err[-4000:]}\nstdout:\n{out[-3000:]}"
+        )
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def rhnsearch_cli(*args, cwd, timeout=300, check=True, env=None):
+    """Run the real `rhnsearch` command line in a subprocess (`run_in_group`). A command that
+    started Ray or a server fails a test that lacks the tier (tiers.needs)."""
     words = tuple(map(str, args))
+    proc = run_in_group(
+        [sys.executable, "-m", "rhnsearch.cli", *words],
+        f"rhnsearch {' '.join(words)}",
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        timeout=timeout,
+        check=False,
+    )
     for start, needed in STARTS.items():
         if words[: len(start)] == start and proc.returncode != 2:
             for tier in needed:
                 tiers.needs(tier, f"ran `rhnsearch {' '.join(start)}`")
     if check and proc.returncode != 0:
         raise AssertionError(
-            f"rhnsearch {' '.join(map(str, args))} exited "
-            f"{proc.returncode}:\n{err[-4000:]}\nstdout:\n{out[-3000:]}"
+            f"rhnsearch {' '.join(words)} exited "
+            f"{proc.returncode}:\n{proc.stderr[-4000:]}\nstdout:\n{proc.stdout[-3000:]}"
         )
-    return result
+    return proc
 
 
 def json_summary(proc) -> dict:

@@ -11,15 +11,13 @@ import math
 import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 
 import pytest
 
 import tiers
-from conftest import ROOT, SHARED_DATA
+from conftest import ROOT, SHARED_DATA, run_in_group
 
 
 def tiny_sweep(samples: int = 1) -> list[str]:
@@ -43,26 +41,14 @@ def bench(script: str, *args, tmp_path, timeout: int = 120, check: bool = True):
         "TMPDIR": str(tmp_path),
         "RAY_TMPDIR": os.environ.get("RAY_TMPDIR") or tempfile.gettempdir(),
     }
-    proc = subprocess.Popen(
-        [sys.executable, f"benchmarks/{script}", *map(str, args)],
+    return run_in_group(
+        [sys.executable, f"benchmarks/{script}", *args],
+        script,
         cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
         env=env,
-        start_new_session=True,
+        timeout=timeout,
+        check=check,
     )
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        raise AssertionError(f"{script} ran over {timeout} s:\n{err[-4000:]}") from None
-    if check and proc.returncode != 0:
-        raise AssertionError(
-            f"{script} exited {proc.returncode}:\n{err[-4000:]}\nstdout:\n{out[-3000:]}"
-        )
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def last_json(proc) -> dict:
