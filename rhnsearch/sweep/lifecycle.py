@@ -168,7 +168,7 @@ def log_sweep_params(client: MlflowClient, record: SweepRecord):
         ("storage", record.storage),
     ]:
         client.log_param(run_id, key, value)
-    client.log_dict(run_id, record.to_json()["space"], schema.SPACE_ARTIFACT)
+    client.log_dict(run_id, record.space.model_dump(mode="json"), schema.SPACE_ARTIFACT)
     if record.plan:  # planned device-hours beside those the trials will log as spent
         client.log_dict(run_id, record.plan, schema.PLAN_ARTIFACT)
         hours, now = planned_hours(record.plan), int(time.time() * 1000)
@@ -322,7 +322,7 @@ def extend_sweep(
         f"{space.samples} -> {samples} settings a cell, {space.seeds} -> {seeds} seeds a "
         f"setting ({datetime.now().isoformat(timespec='seconds')})",
     )
-    client.log_dict(parent, record.to_json()["space"], schema.SPACE_ARTIFACT)
+    client.log_dict(parent, record.space.model_dump(mode="json"), schema.SPACE_ARTIFACT)
     return finish(build_tuner(extended, record), record, on_start)
 
 
