@@ -541,9 +541,7 @@ def stop_ray_under(temp_dir: str):
         for p in psutil.process_iter(["cmdline"])
         if any(temp_dir in arg for arg in (p.info["cmdline"] or []))
     ]
-    for p in procs:
-        p.kill()
-    psutil.wait_procs(procs, timeout=30)
+    kill_all(procs)  # one may end (and its pid be reused) between the listing and the kill
 
 
 class RayCluster:
@@ -553,9 +551,7 @@ class RayCluster:
     namespace with an empty tmpfs over each of `hide`: it cannot see the driver's disk."""
 
     def __init__(self):
-        self.gcs_port, self.dashboard_port = free_port(), free_port()
-        self.gcs = f"127.0.0.1:{self.gcs_port}"
-        self.dashboard = f"http://127.0.0.1:{self.dashboard_port}"
+        self.gcs_port = self.dashboard_port = None  # chosen as the head starts
         self.env = {"RAY_ADDRESS": "", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": uuid.uuid4().hex}
         self.temp_dirs = []
 
@@ -585,27 +581,37 @@ class RayCluster:
             for arg in (flag, str(free_port()))
         ]
 
-    def _start(self, cmd: list[str], hide=()):
+    def _start(self, command, hide=()):
+        """Run `ray start` (COMMAND() builds its arguments afresh: new ports, a new temp dir).
+        On a loaded machine a node can miss the 30 s that `ray start` gives its raylet to
+        register (Ray's own constant: "timed out during startup"); its processes are then
+        stopped and it is started once more, as an operator would."""
         tiers.needs("cluster", "starts Ray nodes")
-        if hide:  # mount the tmpfs, then start the node inside that namespace
-            mounts = " && ".join(f"mount -t tmpfs tmpfs {p}" for p in hide)
-            cmd = [
-                "unshare",
-                "-m",
-                "--propagation",
-                "private",
-                "sh",
-                "-c",
-                f"{mounts} && exec {subprocess.list2cmdline(cmd)}",
-            ]
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=180, env={**os.environ, **self.env}
-        )
+        for _attempt in (1, 2):
+            cmd = command()
+            if hide:  # mount the tmpfs, then start the node inside that namespace
+                mounts = " && ".join(f"mount -t tmpfs tmpfs {p}" for p in hide)
+                cmd = [
+                    "unshare",
+                    "-m",
+                    "--propagation",
+                    "private",
+                    "sh",
+                    "-c",
+                    f"{mounts} && exec {subprocess.list2cmdline(cmd)}",
+                ]
+            proc = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=180, env={**os.environ, **self.env}
+            )
+            if proc.returncode == 0 or "timed out during startup" not in proc.stderr:
+                break
+            stop_ray_under(self.temp_dirs[-1])
         assert proc.returncode == 0, proc.stderr[-2000:]
 
     def head(self, cpus: int = 1, gpus: int = 0):
-        self._start(
-            [
+        def command():
+            self.gcs_port, self.dashboard_port = free_port(), free_port()
+            return [
                 "ray",
                 "start",
                 "--head",
@@ -621,11 +627,22 @@ class RayCluster:
                 str(free_port()),
                 *self._node_args(cpus, gpus),
             ]
-        )
+
+        self._start(command)
         return self
 
+    @property
+    def gcs(self) -> str:
+        return f"127.0.0.1:{self.gcs_port}"
+
+    @property
+    def dashboard(self) -> str:
+        return f"http://127.0.0.1:{self.dashboard_port}"
+
     def worker(self, cpus: int = 1, hide=()):
-        self._start(["ray", "start", "--address", self.gcs, *self._node_args(cpus, 0)], hide)
+        self._start(
+            lambda: ["ray", "start", "--address", self.gcs, *self._node_args(cpus, 0)], hide
+        )
         return self
 
     def stop(self):
