@@ -2,6 +2,8 @@
 named in pyarrow's query form. Everything of the sweep lives in the bucket, in few requests
 (counted at the server), and a bad bucket is one line before Ray starts."""
 
+import hashlib
+import importlib.util
 import json
 import re
 
@@ -13,7 +15,9 @@ from test_sweep import check_child_runs
 from rhnsearch.files import storage
 from rhnsearch.search.searchers import load_study, study_names
 
+import tiers
 from conftest import JSB_SPACE, json_summary, rhnsearch_cli, rhnsearch_main, wait_until
+from ports import free_port
 
 MAX_REQUESTS_PER_TRIAL_EPOCH = 10
 
@@ -99,6 +103,113 @@ def test_a_bucket_that_cannot_be_used_is_one_line_before_ray(case, s3_server, tm
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert f"storage {uri} cannot be used" in proc.stderr
     assert not (tmp_path / "results" / "mlflow.db").exists()
+
+
+# what reading a sweep takes of a bucket: HEAD and GET of its objects, a listing
+READ_ONLY = ["s3:GetObject", "s3:ListBucket"]
+
+
+def iam_keys(server, policies: dict[str, list[str]]) -> dict[str, dict[str, str]]:
+    """Users of SERVER's IAM, each allowed the S3 actions POLICIES gives it, then IAM enforced
+    on SERVER: from here on a request must be signed with one of their keys and is allowed
+    by that user's policy alone (moto's authorization, turned on the way its
+    `set_initial_no_auth_action_count` does in server mode). Returns each user's key as
+    the AWS variables."""
+    import boto3
+    import requests
+
+    iam = boto3.client("iam", endpoint_url=server.endpoint, **client_keys(server.env))
+    keys = {}
+    for user, actions in policies.items():
+        iam.create_user(UserName=user)
+        statement = {"Effect": "Allow", "Action": actions, "Resource": "*"}
+        iam.put_user_policy(
+            UserName=user,
+            PolicyName=f"{user}-s3",
+            PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": [statement]}),
+        )
+        key = iam.create_access_key(UserName=user)["AccessKey"]
+        keys[user] = {
+            "AWS_ACCESS_KEY_ID": key["AccessKeyId"],
+            "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"],
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
+    on = requests.post(f"{server.endpoint}/moto-api/reset-auth", data=b"0", timeout=10)
+    assert on.json()["status"] == "ok", on.text
+    return keys
+
+
+def client_keys(env: dict[str, str]) -> dict[str, str]:
+    """boto3's arguments for the credentials in ENV (AWS variables)."""
+    return {
+        "region_name": env["AWS_DEFAULT_REGION"],
+        "aws_access_key_id": env["AWS_ACCESS_KEY_ID"],
+        "aws_secret_access_key": env["AWS_SECRET_ACCESS_KEY"],
+    }
+
+
+@pytest.mark.services
+def test_a_sweep_on_a_read_only_bucket_is_refused_before_ray_and_left_as_it_was(
+    jsb_smoke, tmp_path
+):
+    """The finished smoke sweep copied into a bucket, and read with the key of a user whose
+    policy only reads (an archive's bucket, a key handed out to look): `sweep resume`,
+    `extend` and `confirm` each refuse in one line naming the bucket's folder, exit 2,
+    before Ray starts, and leave the bucket's objects, the MLflow store and the directory
+    they ran from as they were. The bucket's server enforces IAM (its own, not the
+    session's S3 server, which takes any key)."""
+    import boto3
+    import ray
+
+    from s3_server import S3Server
+
+    if importlib.util.find_spec("moto") is None:
+        tiers.missing("moto's S3 server", "pip install -e '.[test]'")
+    (tmp_path / "s3").mkdir()
+    server = S3Server(tmp_path / "s3", free_port())
+    try:
+        bucket = server.bucket()
+        keys = iam_keys(server, {"writer": ["s3:*"], "reader": READ_ONLY})
+        writer = boto3.client("s3", endpoint_url=server.endpoint, **client_keys(keys["writer"]))
+        folder = jsb_smoke.cwd / "results" / "sweeps" / jsb_smoke.name
+        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            key = f"sweeps/{jsb_smoke.name}/{path.relative_to(folder).as_posix()}"
+            writer.upload_file(str(path), bucket, key)
+
+        def objects():
+            pages = writer.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+            return sorted((o["Key"], o["ETag"]) for page in pages for o in page.get("Contents", []))
+
+        uri = server.uri(bucket)
+        store = jsb_smoke.cwd / "results" / "mlflow.db"
+        elsewhere = tmp_path / "elsewhere"  # not the sweep's directory: its results/ is there
+        elsewhere.mkdir()
+        before, stored = objects(), hashlib.sha256(store.read_bytes()).hexdigest()
+        assert f"sweeps/{jsb_smoke.name}/rhnsearch_sweep.json" in dict(before)
+        for command, *args in (
+            ("resume",),
+            ("extend", "--samples", "4"),
+            ("confirm", "--top", "1", "--seeds", "2"),
+        ):
+            proc = rhnsearch_main(
+                *("sweep", command, jsb_smoke.name, *args, "--storage-path", uri),
+                cwd=elsewhere,
+                env=keys["reader"],
+                check=False,
+            )
+            assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+            sweep_folder = storage.join(uri, jsb_smoke.name)
+            assert f"sweep {jsb_smoke.name}: its folder {sweep_folder} cannot be written" in (
+                proc.stderr
+            )
+            assert "ACCESS_DENIED during PutObject" in proc.stderr  # the bucket said no
+            assert f"`sweep {command}` writes its state" in proc.stderr
+            assert not ray.is_initialized()
+        assert objects() == before
+        assert hashlib.sha256(store.read_bytes()).hexdigest() == stored
+        assert not list(elsewhere.iterdir())
+    finally:
+        server.stop()
 
 
 def test_the_optuna_journal_in_a_bucket_costs_the_same_at_every_append(s3_server):
