@@ -59,7 +59,7 @@ def test_a_sweep_on_a_bucket_keeps_everything_there_in_few_requests(s3_server, t
     assert len(requests) <= MAX_REQUESTS_PER_TRIAL_EPOCH * epochs, (len(requests), epochs)
 
     keys = [k.removeprefix("sweeps/on-s3/") for k in s3_server.keys(bucket, "sweeps/on-s3/")]
-    for name in ("rhnsearch_sweep.json", "scheduler/state.json", "tuner.pkl"):
+    for name in ("rhnsearch_sweep.json", "scheduler/decisions/000000000.json", "tuner.pkl"):
         assert name in keys, keys
     assert any(re.fullmatch(r"experiment_state-.*\.json", k) for k in keys), keys
     checkpoints = [k for k in keys if k.endswith("/trainer.pt")]

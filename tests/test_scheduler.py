@@ -20,9 +20,15 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler
 
 from rhnsearch.compat import ray as ray_compat
+from rhnsearch.errors import UserError
 from rhnsearch.files import storage
 from rhnsearch.files.layout import SCHEDULER_STATE_FILE
-from rhnsearch.search.scheduler import CellASHAScheduler, LiveFIFOScheduler, setting_key
+from rhnsearch.search.scheduler import (
+    CellASHAScheduler,
+    LiveFIFOScheduler,
+    read_state,
+    setting_key,
+)
 from rhnsearch.search.space import load_space
 from rhnsearch.sweep.checkpoints import KeepNewestCheckpoint
 from rhnsearch.sweep.ended_trials import ForgetEndedTrialsMetrics
@@ -145,8 +151,8 @@ def test_diverged_results_are_not_recorded_in_the_rungs(tmp_path):
     assert report(s, trial("b"), 1, 0.9) == GO  # [1.0]: 1.0
     assert report(s, trial("c"), 1, 0.95) == STOP  # [0.9, 1.0]: 0.9333 (a NaN would make
     # the quantile NaN and stop nothing; an inf would move it)
-    strict = json.loads(saved(state_file), parse_constant=pytest.fail)
-    assert strict["rungs"] == {"rhn depth 1": {"1": {"a": 1.0, "b": 0.9, "c": 0.95}}}
+    assert [c for line in log_lines(state_file) for c in line if "value" in c]  # strict JSON
+    assert saved(state_file)["rungs"] == {"rhn depth 1": {"1": {"a": 1.0, "b": 0.9, "c": 0.95}}}
     assert report(s, trial("nan"), 3, float("nan")) == GO
 
 
@@ -174,7 +180,7 @@ def test_replicates_of_a_setting_share_its_fate_and_never_compete(tmp_path):
     ]
     assert report(s, a[2], 3, 0.2) == STOP
     assert [report(s, c, epoch, 0.3) for epoch in range(4, 10)] == [GO] * 5 + [STOP]
-    state = json.loads(saved(state_file))
+    state = saved(state_file)
     assert state["rungs"] == {
         "rhn depth 1": {"1": {"a0": 1.0, "b0": 2.0, "c0": 0.9}, "3": {"c0": 0.3, "a1": 0.4}}
     }
@@ -224,10 +230,18 @@ def test_a_state_is_written_once_a_gap_its_newest_text_at_wait_and_holds_back_no
     assert writes[2:] == ["pruned", "20"]
 
 
-def saved(state_file: Path) -> str:
-    """The scheduler's state file once the storage's thread has written what was queued."""
+def saved(state_file: Path) -> dict:
+    """The scheduler's state as a restored scheduler reads it from beside STATE_FILE, once
+    the storage's thread has appended what was queued."""
     storage.LATER.wait()
-    return state_file.read_text()
+    return read_state(str(state_file))[0]
+
+
+def log_lines(state_file: Path) -> list[list]:
+    """The lines of the scheduler's log of changes beside STATE_FILE, each strict JSON."""
+    storage.LATER.wait()
+    text = (state_file.parent / "decisions.jsonl").read_text()
+    return [json.loads(line, parse_constant=pytest.fail) for line in text.splitlines()]
 
 
 # -- the trial to run -------------------------------------------------------------------------
@@ -310,12 +324,20 @@ def test_restored_scheduler_reads_the_state_file_and_keeps_every_decision(tmp_pa
     ]
     assert [report(first, t1, e, 1 / e) for e in (2, 3)] == [GO, GO]
     assert [report(first, t3, e, 0.8) for e in (2, 3)] == [GO, STOP]
-    written = json.loads(saved(state_file))
+    written = saved(state_file)
     assert written["rungs"] == {
         "rhn depth 1": {"1": {"t1": 1.0, "t2": 2.0, "t3": 0.5}, "3": {"t1": 1 / 3, "t3": 0.8}}
     }
     assert written["stopped"] == {"t2": 1, "t3": 3}
-    assert written["per_cell"] and written["milestones"] == [1, 3]
+    header, *changes = log_lines(state_file)[0]  # the first line says what wrote it
+    assert header == {
+        "version": 3,
+        "per_cell": True,
+        "metric": "valid_loss",
+        "mode": "min",
+        "milestones": [1, 3],
+    }
+    assert not (state_file.exists() or state_file.parent.joinpath("decisions").exists())
     assert first.debug_string().splitlines() == [
         "Per-cell ASHA: rungs at epochs 1, 3; 2 trials stopped",
         "  rhn depth 1: 3 at 1, 2 at 3; 2 stopped",
@@ -325,9 +347,9 @@ def test_restored_scheduler_reads_the_state_file_and_keeps_every_decision(tmp_pa
     assert report(restored, t2, 1, 0.1) == STOP  # stopped at 1 before: stopped again
     assert [report(restored, t3, e, 0.01) for e in (1, 2, 3)] == [GO, GO, STOP]
     assert [report(restored, t1, e, 9.0) for e in (1, 2, 3, 4)] == [GO] * 4
-    assert json.loads(saved(state_file)) == written  # re-reports change nothing
+    assert saved(state_file) == written  # re-reports change nothing
     assert report(restored, trial("t4"), 1, 0.9) == STOP  # [0.5, 1, 2]: 0.8333
-    assert json.loads(saved(state_file))["stopped"] == {"t2": 1, "t3": 3, "t4": 1}
+    assert saved(state_file)["stopped"] == {"t2": 1, "t3": 3, "t4": 1}
     assert report(scheduler(), trial("t4"), 1, 0.9) == GO  # empty rungs (Ray's restore)
 
 
@@ -341,10 +363,10 @@ def test_restored_scheduler_keeps_each_settings_decisions(tmp_path):
     a0, a1 = trial("a0", setting="A"), trial("a1", setting="A", seed=1)
     b0, b1 = trial("b0", setting="B"), trial("b1", setting="B", seed=1)
     assert [report(first, a0, 1, 1.0), report(first, b0, 1, 2.0)] == [GO, STOP]
-    written = json.loads(saved(state_file))
+    written = saved(state_file)
     restored = pickle.loads(pickled)
     assert [report(restored, b1, 1, 0.1), report(restored, a1, 1, 9.0)] == [STOP, GO]
-    assert json.loads(saved(state_file)) == {**written, "stopped": {"b0": 1, "b1": 1}}
+    assert saved(state_file) == {**written, "stopped": {"b0": 1, "b1": 1}}
 
 
 def test_a_state_file_written_before_settings_were_kept_still_reads(tmp_path):
@@ -353,11 +375,12 @@ def test_a_state_file_written_before_settings_were_kept_still_reads(tmp_path):
     (A's seed 1) 1.5 and b0 2.0 stopped, c0 0.8 went on; at epoch 3 a0 0.5 went on. Read by
     today's scheduler, its trials keep their decisions whatever they report; a new replicate
     of A is judged on the rung as it is, then decides for A's later ones; c0 is judged at
-    epoch 3; the file keeps its keys and gains the settings and its format's version."""
+    epoch 3; the file stays as it was, and the changes go to the log beside it."""
     state_file = tmp_path / "sweep" / "state.json"
     state_file.parent.mkdir()
     shutil.copy(ROOT / "tests" / "data" / "scheduler_state_76f1c81.json", state_file)
-    old = json.loads(state_file.read_text())
+    text = state_file.read_text()
+    old = json.loads(text)
     a0, a1, a2, a3 = (trial(f"a{seed}", setting="A", seed=seed) for seed in range(4))
     b0, c0 = trial("b0", setting="B"), trial("c0", setting="C")
     s = scheduler(f"file://{state_file}")
@@ -367,9 +390,8 @@ def test_a_state_file_written_before_settings_were_kept_still_reads(tmp_path):
     assert report(s, a3, 1, 5.0) == GO  # A went on at epoch 1
     assert report(s, c0, 3, 0.6) == STOP  # [0.5]
     assert "version" not in old
-    assert json.loads(saved(state_file)) == {
-        **old,
-        "version": 2,
+    assert state_file.read_text() == text
+    assert saved(state_file) == {
         "rungs": {
             "rhn depth 1": {
                 "1": {**old["rungs"]["rhn depth 1"]["1"], "a2": 0.9},
@@ -379,6 +401,64 @@ def test_a_state_file_written_before_settings_were_kept_still_reads(tmp_path):
         "settings": {setting_key(a2.config): {"1": GO}, setting_key(c0.config): {"3": STOP}},
         "stopped": {"a1": 1, "b0": 1, "c0": 3},
     }
+
+
+def kernel_bytes() -> tuple[int, int]:
+    """The bytes this process has read and written through system calls (/proc/self/io)."""
+    fields = dict(line.split(": ") for line in Path("/proc/self/io").read_text().splitlines())
+    return int(fields["rchar"]), int(fields["wchar"])
+
+
+def test_a_save_costs_its_own_changes_not_the_sweeps(tmp_path):
+    """The scheduler's state is a log of changes: a save appends the decisions made since the
+    last (one line), so the 3,000th trial's save writes and reads as many bytes as the 30th's
+    (the kernel's count), where writing the whole state (as rhnsearch did) cost 100 times
+    more. A restored scheduler reads the log once and decides as the first one would."""
+    state_file = tmp_path / "sweep" / "scheduler" / "state.json"
+    s, rng = scheduler(str(state_file)), np.random.default_rng(0)
+    cells = [("rhn", 1), ("dtrnn", 2), ("lstm", 1)]
+
+    def one_trial(n: int) -> tuple[int, int]:
+        t = trial(f"t{n}", *cells[n % 3])
+        report(s, t, 1, float(rng.uniform(1, 2)))
+        read, written = kernel_bytes()
+        storage.LATER.wait()  # the save: queued by the decision, made on the storage thread
+        after = kernel_bytes()
+        return after[0] - read, after[1] - written
+
+    costs = [one_trial(n) for n in range(3000)]
+    early, late = np.mean(costs[20:40], axis=0), np.mean(costs[-20:], axis=0)
+    whole = len(json.dumps(saved(state_file)))
+    assert late[1] < 1.5 * early[1] and late[1] < whole / 50, (early, late, whole)
+    assert late[0] < 1.5 * early[0] + 1024, (early, late)
+    restored = scheduler(str(state_file))
+    for n in range(3000, 3050):  # the same decisions as the first scheduler's
+        t, loss = trial(f"t{n}", *cells[n % 3]), float(rng.uniform(1, 2))
+        assert report(restored, t, 1, loss) == report(s, t, 1, loss)
+
+
+def test_the_log_skips_a_half_written_line_and_refuses_a_newer_format(tmp_path):
+    """A driver killed in the middle of an append leaves a line without its end: it is no
+    change, and the next append writes over it. A log a newer rhnsearch began (version 4) is
+    refused in one line, naming it."""
+    state_file = tmp_path / "state.json"
+    s = scheduler(str(state_file))
+    assert [report(s, trial(n), 1, loss) for n, loss in (("a", 1.0), ("b", 2.0))] == [GO, STOP]
+    log = tmp_path / "decisions.jsonl"
+    storage.LATER.wait()
+    with log.open("a") as f:
+        f.write('[{"trial": "a", "stop')  # cut short by a SIGKILL
+    restored = scheduler(str(state_file))
+    assert report(restored, trial("c"), 1, 1.5) == STOP  # on [1.0, 2.0]
+    assert saved(state_file)["stopped"] == {"b": 1, "c": 1}
+    changes = [c for line in log_lines(state_file) for c in line]  # each line whole
+    assert ["version" in changes[0], *(c["trial"] for c in changes[1:])] == [True, "a", "b", "c"]
+
+    newer = tmp_path / "newer"
+    newer.mkdir()
+    (newer / "decisions.jsonl").write_text('[{"version": 4, "per_cell": true}]\n')
+    with pytest.raises(UserError, match=r"decisions is of format version 4, .* versions 1 to 3"):
+        report(scheduler(str(newer / "state.json")), trial("a"), 1, 1.0)
 
 
 def test_build_scheduler_follows_the_space(tmp_path):
@@ -453,7 +533,7 @@ def outcome(results, tmp_path, name: str) -> tuple[dict, dict]:
     last = {
         (r.config["cell"]["arch"], r.config["cell"]["q"]): r.metrics.get("epoch") for r in results
     }
-    return last, json.loads(saved(tmp_path / name / SCHEDULER_STATE_FILE))
+    return last, saved(tmp_path / name / SCHEDULER_STATE_FILE)
 
 
 def test_tuner_cell_asha_stops_only_the_losers_within_each_cell(local_ray, tmp_path):

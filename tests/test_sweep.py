@@ -18,7 +18,7 @@ from mlflow.tracking import MlflowClient
 from ray.tune.experiment import Trial
 
 from rhnsearch.provenance import cpu_name
-from rhnsearch.search.scheduler import CellASHAScheduler
+from rhnsearch.search.scheduler import CellASHAScheduler, read_state
 from rhnsearch.search.searchers import load_study, study_names
 from rhnsearch.sweep import jobs
 
@@ -246,14 +246,12 @@ def test_driver_killed_then_resume_finishes_without_rerunning(tmp_path, data_dir
             }
         except Exception:  # noqa: BLE001 - the store is being made
             return False
-        stopped = (
-            json.loads(scheduler_state.read_text())["stopped"] if scheduler_state.exists() else {}
-        )
+        stopped = read_state(str(scheduler_state))[0]["stopped"]
         return len(finished) >= 3 and any(t in finished for t in stopped)
 
     wait_until(some_trials_ended, "3 trials ended, one of them stopped by ASHA", 300)
     sweep.stop()
-    stopped = json.loads(scheduler_state.read_text())["stopped"]
+    stopped = read_state(str(scheduler_state))[0]["stopped"]
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("jsb_optimization")
     before = {
@@ -274,7 +272,7 @@ def test_driver_killed_then_resume_finishes_without_rerunning(tmp_path, data_dir
     summary = json_summary(proc)
     assert summary["complete"] and summary["trials"] == trials
     assert not ran_in.exists(), sorted(ran_in.rglob("*"))  # journal, rungs: in the moved folder
-    rungs = json.loads((moved / name / "scheduler" / "state.json").read_text())
+    rungs, _ = read_state(str(moved / name / "scheduler" / "state.json"))
     assert stopped.items() <= rungs["stopped"].items()
     runs = client.search_runs([exp.experiment_id], "tags.kind = 'trial'")
     check_child_runs(client, runs, trials)
@@ -776,7 +774,7 @@ def test_extend_a_finished_sweep_with_settings_then_seeds(tmp_path, data_dir, sw
     trials = load_trials("jsb_optimization", tracking_uri=uri, sweep="ext")
     finding = markdown(KINDS["optimization"].measured(trials))
     state_file = tmp_path / "results/sweeps/ext/scheduler/state.json"
-    rungs = json.loads(state_file.read_text())["rungs"]
+    rungs = read_state(str(state_file))[0]["rungs"]
 
     summary = json_summary(
         rhnsearch_cli("sweep", "extend", "ext", "--samples", "4", "--json", cwd=tmp_path)
@@ -793,7 +791,7 @@ def test_extend_a_finished_sweep_with_settings_then_seeds(tmp_path, data_dir, sw
         (c["cell"], c["lr"]) for c in expected
     )
     assert len({r.data.params["lr"] for r in runs}) == 16
-    after = json.loads(state_file.read_text())["rungs"]
+    after = read_state(str(state_file))[0]["rungs"]
     for cell, milestones in rungs.items():
         for milestone, recorded in milestones.items():
             assert recorded.items() <= after[cell][milestone].items()

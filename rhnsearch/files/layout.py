@@ -25,8 +25,9 @@ STATE_FILE = "rhnsearch_sweep.json"
 # sweep.extend_sweep: Tune's experiment of round N (N >= 1); round 0's is the sweep's folder.
 EXTEND_DIR = "extend-{}"
 # scheduler.CellASHAScheduler: its rungs and decisions, which a resumed or extended sweep's
-# scheduler goes on from. In a folder: Tune's restore copies the top folder's *.json and *.pkl
-# to its staging dir and uploads them back at each sync, over the scheduler's newer state.
+# scheduler goes on from: the whole state as rhnsearch wrote it before version 3, and beside it
+# the log of changes (scheduler.decisions_log). In a folder: Tune's restore copies the top
+# folder's *.json and *.pkl to its staging dir and uploads them back at each sync, over newer.
 SCHEDULER_STATE_FILE = "scheduler/state.json"
 # searchers.CellStudies: the cells' Optuna studies (OPTUNA_JOURNAL.log, a journal file, in a
 # directory; numbered objects under OPTUNA_JOURNAL/ in a bucket), which resumes and extends

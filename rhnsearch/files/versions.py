@@ -9,6 +9,8 @@ storage layout of issue 33 (tests/data/old_layout_*.tar.gz: both resume and exte
   while a sweep had one round, a round without `done` before `sweep extend --seeds`; the
   scheduler's state without `settings` before replicates were judged by their setting.
 - version 2: every key written, and `version`.
+- version 3: the scheduler's changes appended to a log beside its state file (its first entry
+  says the version); a sweep's state file of version 1 or 2 is read first, and kept.
 
 A file of a newer version than this code's is refused in one line: an older rhnsearch would
 drop what it does not know when it writes the file back.
@@ -22,7 +24,7 @@ from .layout import SweepPaths
 from .parent_run import ParentRun
 
 RECORD_VERSION = 2
-SCHEDULER_VERSION = 2
+SCHEDULER_VERSION = 3
 
 
 def current_record(data: dict, where: str) -> dict:

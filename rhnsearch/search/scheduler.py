@@ -14,12 +14,14 @@ from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from ..compat import ray as ray_compat
 from ..files import storage, versions
+from ..files.append_log import AppendLog
 
 log = logging.getLogger(__name__)
 CONTINUE, STOP = TrialScheduler.CONTINUE, TrialScheduler.STOP
 ALL = "all cells"
-STATE_LOCK = threading.Lock()  # a scheduler's state, changed on Tune's loop, saved on another
-SAVE_GAP = 1.0  # seconds at least between two writes of the state (`_save`)
+STATE_LOCK = threading.Lock()  # a scheduler's changes, made on Tune's loop, saved on another
+SAVE_GAP = 1.0  # seconds at least between two appends of the changes (`_save`)
+DECISIONS = "decisions"  # the log of changes, beside the state file (`decisions_log`)
 
 
 def cell_key(config: dict) -> str:
@@ -86,13 +88,15 @@ class CellASHAScheduler(LiveFIFOScheduler):
     an epoch again (retried or resumed) keeps the decision made when it got there.
 
     The rungs (each setting's value, under the trial that was judged), each setting's decisions
-    and the stopped trials are written to `state_file` (a path or URI; None keeps them in
-    memory) after a decision is made, at most once a second, by the storage's own thread
-    (Tune's event loop does not wait on a bucket), and read from it on first use: Tune never
-    saves a scheduler's state, and `Tuner.restore` gives back this object as pickled at the
-    start. A file written before settings were kept (rungs and stops alone) still gives its
-    trials their decisions; its recorded trials' replicates are judged on its rungs as they
-    are.
+    and the stopped trials are kept beside `state_file` (a path or URI; None keeps them in
+    memory): each change is appended to its log (`decisions_log`) at most once a second, by the
+    storage's own thread (Tune's event loop does not wait on a bucket), so that a save costs
+    the changes since the last and not the sweep; they are read on first use: Tune never saves
+    a scheduler's state, and `Tuner.restore` gives back this object as pickled at the start.
+    `state_file` itself is what rhnsearch wrote before the log (the whole state, rewritten at
+    each save): a sweep that has one reads it first and appends its changes to the log. One
+    written before settings were kept (rungs and stops alone) still gives its trials their
+    decisions; its recorded trials' replicates are judged on its rungs as they are.
     """
 
     def __init__(
@@ -123,6 +127,7 @@ class CellASHAScheduler(LiveFIFOScheduler):
         # {"rungs": {cell: {milestone: {trial_id: value}}}, "settings": {setting: {milestone:
         # decision}}, "stopped": {trial_id: epoch}}
         self._state = None
+        self._log, self._unsaved = None, []  # the log of changes, those not appended yet
 
     def set_search_properties(self, metric, mode, **spec) -> bool:
         if (self._metric and metric) or (self._mode and mode):
@@ -154,21 +159,26 @@ class CellASHAScheduler(LiveFIFOScheduler):
         value = result.get(self._metric)
         if not reached or value is None or not math.isfinite(value):
             return CONTINUE
-        with STATE_LOCK:  # the storage thread may be making the saved text of it
-            cell = state["rungs"].setdefault(cell_key(trial.config) if self.per_cell else ALL, {})
-            milestone = f"{reached[-1]:g}"
-            rung = cell.setdefault(milestone, {})
-            if trial.trial_id in rung:
-                return CONTINUE  # recorded and kept there before
-            decided = state["settings"].setdefault(setting_key(trial.config), {})
-            decision = decided.get(milestone)
-            if decision is None:  # the setting's first replicate here: judged on the others
-                decision = decided[milestone] = self.judge(list(rung.values()), value)
-                rung[trial.trial_id] = value
-            elif decision == CONTINUE:
-                return CONTINUE  # a replicate of a setting that goes on: nothing to save
-            if decision == STOP:
-                state["stopped"][trial.trial_id] = t
+        cell = cell_key(trial.config) if self.per_cell else ALL
+        milestone = f"{reached[-1]:g}"
+        rung = state["rungs"].get(cell, {}).get(milestone, {})
+        if trial.trial_id in rung:
+            return CONTINUE  # recorded and kept there before
+        setting = setting_key(trial.config)
+        decision = state["settings"].get(setting, {}).get(milestone)
+        if decision is None:  # the setting's first replicate here: judged on the others
+            decision = self.judge(list(rung.values()), value)
+            change = {"cell": cell, "milestone": milestone, "trial": trial.trial_id}
+            change |= {"value": value, "setting": setting, "decision": decision}
+        elif decision == CONTINUE:
+            return CONTINUE  # a replicate of a setting that goes on: nothing to save
+        else:
+            change = {"trial": trial.trial_id}
+        if decision == STOP:
+            change["stopped"] = t
+        apply(state, change)
+        with STATE_LOCK:  # the storage thread may be taking the changes to append them
+            self._unsaved.append(change)
         self._save()
         return decision
 
@@ -182,36 +192,32 @@ class CellASHAScheduler(LiveFIFOScheduler):
 
     def _load(self) -> dict:
         if self._state is None:
-            text = storage.read_text(self.state_file) if self.state_file else None
-            saved = versions.current_scheduler_state(json.loads(text or "{}"), self.state_file)
-            self._state = {k: saved[k] for k in ("rungs", "settings", "stopped")}
-            if text:
-                log.info(
-                    "scheduler state read from %s: %d trials stopped so far",
-                    self.state_file,
-                    len(self._state["stopped"]),
-                )
+            self._unsaved = []
+            if self.state_file:
+                self._state, self._log = read_state(self.state_file)
+            else:
+                self._state = versions.current_scheduler_state({}, "")
         return self._state
 
     def _save(self):
-        """Queue a write of the state: made into text on the storage thread when the write
-        runs, so a decision costs Tune's loop nothing that grows with the trials, and at most
-        once every SAVE_GAP seconds."""
+        """Queue an append of the changes not saved yet: on the storage thread, which takes
+        whatever changes there are when it runs, at most once every SAVE_GAP seconds."""
         if self.state_file:
-            storage.write_text_later(self.state_file, self._text, gap=SAVE_GAP)
+            storage.LATER.put(f"append {self._log.location}", self._append, gap=SAVE_GAP)
 
-    def _text(self) -> str:
+    def _append(self):
         with STATE_LOCK:
-            return json.dumps(
-                {
-                    "version": versions.SCHEDULER_VERSION,
-                    "per_cell": self.per_cell,
-                    "metric": self._metric,
-                    "mode": self._mode,
-                    "milestones": self.milestones,
-                    **self._state,
-                }
-            )
+            changes, self._unsaved = self._unsaved, []
+        if not changes:
+            return
+        header = {"version": versions.SCHEDULER_VERSION, "per_cell": self.per_cell}
+        header |= {"metric": self._metric, "mode": self._mode, "milestones": self.milestones}
+        try:  # a new log starts with what wrote it
+            self._log.append(changes if self._log.read_to else [header, *changes])
+        except Exception:
+            with STATE_LOCK:  # appended at the next save (the storage thread logs why)
+                self._unsaved[:0] = changes
+            raise
 
     def debug_string(self) -> str:
         state = self._load()
@@ -226,3 +232,43 @@ class CellASHAScheduler(LiveFIFOScheduler):
             sizes = ", ".join(f"{len(r)} at {m}" for m, r in rungs.items())
             lines.append(f"  {key}: {sizes}; {len(trials & stopped.keys())} stopped")
         return "\n".join(lines)
+
+
+def decisions_log(state_file: str) -> str:
+    """The log of a scheduler's changes (AppendLog), in the folder of its state file."""
+    path, _, query = state_file.partition("?")
+    return storage.join(path.rsplit("/", 1)[0] + (f"?{query}" if query else ""), DECISIONS)
+
+
+def apply(state: dict, change: dict, where: str = ""):
+    """Make one change of the log (read from WHERE) to STATE: a value recorded in a rung, a
+    setting's decision there, a trial stopped; its first line says what wrote it."""
+    if "version" in change:
+        versions.checked(change, versions.SCHEDULER_VERSION, where)
+        return
+    if "value" in change:
+        rung = state["rungs"].setdefault(change["cell"], {}).setdefault(change["milestone"], {})
+        rung[change["trial"]] = change["value"]
+        decided = state["settings"].setdefault(change["setting"], {})
+        decided[change["milestone"]] = change["decision"]
+    if "stopped" in change:
+        state["stopped"][change["trial"]] = change["stopped"]
+
+
+def read_state(state_file: str) -> tuple[dict, AppendLog]:
+    """The rungs, settings and stopped trials a scheduler keeps beside STATE_FILE (the file,
+    if an older rhnsearch wrote one, then each change in the log), and the log, read to its
+    end."""
+    text = storage.read_text(state_file)
+    saved = versions.current_scheduler_state(json.loads(text or "{}"), state_file)
+    state = {k: saved[k] for k in ("rungs", "settings", "stopped")}
+    changes = AppendLog(decisions_log(state_file))
+    for change in changes.read():
+        apply(state, change, changes.location)
+    if text or changes.read_to:
+        log.info(
+            "scheduler state read from %s: %d trials stopped so far",
+            changes.location,
+            len(state["stopped"]),
+        )
+    return state, changes

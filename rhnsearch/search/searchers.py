@@ -12,7 +12,6 @@ extended sweep goes on with them.
 """
 
 import contextlib
-import json
 import os
 import pickle
 import zlib
@@ -27,6 +26,7 @@ from ray import tune
 from ray.tune.search import Searcher
 
 from ..files import storage, versions
+from ..files.append_log import AppendLog
 from ..files.layout import OPTUNA_JOURNAL
 from ..models import resolve_arch
 from .space import Cell, Distribution, Space
@@ -245,31 +245,28 @@ class ConfirmSearcher(Searcher):
 
 
 class ObjectJournal(BaseJournalBackend):
-    """An Optuna journal on an object store: each append is one new object, numbered from 0.
-    A read asks for the objects after the last one it read, by number, until one is missing:
+    """An Optuna journal on an object store (AppendLog): each append is one new object,
+    numbered from 0, and a read asks for the objects after the last one it read, by number:
     its requests grow with the new objects, not with the journal (a listing of the prefix
     would read every key at every append)."""
 
     def __init__(self, location: str):
-        self.location, self.logs, self.objects = location, [], 0
+        self.objects, self.logs = AppendLog(location), []
 
     def __getstate__(self):
-        return {"location": self.location, "logs": [], "objects": 0}
+        return {"location": self.objects.location}
+
+    def __setstate__(self, state: dict):  # also as pickled with its logs, before AppendLog
+        self.__init__(state["location"])
 
     def read_logs(self, log_number_from: int):
-        while (text := storage.read_text(self._object(self.objects))) is not None:
-            self.logs += json.loads(text)
-            self.objects += 1
+        self.logs += self.objects.read()
         return self.logs[log_number_from:]
-
-    def _object(self, number: int) -> str:
-        return storage.join(self.location, f"{number:09d}.json")
 
     def append_logs(self, logs: list):
         self.read_logs(len(self.logs))  # the numbering must follow every object
-        storage.write_text(self._object(self.objects), json.dumps(logs))
+        self.objects.append(logs)
         self.logs += logs  # read: as the object just written holds them
-        self.objects += 1
 
 
 LOCK_GRACE = 10  # s a journal's lock file stands unchanged before the next writer takes it
