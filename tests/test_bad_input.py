@@ -605,3 +605,44 @@ def test_a_sweep_whose_trials_all_failed_is_one_line_for_the_results(command, tm
     )  # fmt: skip
     one_line_error(proc.returncode, proc.stderr, "no metric 'best_valid_loss' in sweep s: its")
     assert files_under(tmp_path) == before
+
+
+def test_an_mlflow_the_sweep_cannot_log_with_is_one_line_before_ray(tmp_path, data_dir):
+    """An MLflow release outside compat/mlflow.py's SUPPORTED (here one that says it is
+    3.19.0): `sweep run`, `resume`, `extend` and `confirm` each refuse in one line, exit 2,
+    before Ray starts and before anything is written. (The check was the sender's, at a
+    trial's first record: retried as "MLflow is not answering", the sweep logging nothing.)"""
+    import ray
+    from test_old_layout import unpacked
+
+    from rhnsearch import compat
+
+    real = compat.installed
+
+    def installed(distribution: str) -> str:
+        return "3.19.0" if distribution == "mlflow" else real(distribution)
+
+    compat.in_range.cache_clear()
+    old = ["--storage-path", None]
+    commands = {
+        "run": ["run", JSB_SPACE, "--preset", "smoke", "--data-dir", data_dir],
+        "resume": ["resume", "old-killed", *old],
+        "extend": ["extend", "old-finished", "--samples", "3", *old],
+        "confirm": ["confirm", "old-finished", "--top", "1", "--seeds", "2", *old],
+    }
+    try:
+        compat.installed = installed
+        with unpacked("dd9c428", data_dir) as root:
+            before = sorted((p, p.stat().st_mtime_ns) for p in root.rglob("*"))
+            for command, args in commands.items():
+                cwd = tmp_path / command
+                cwd.mkdir()
+                args = [root / "sweeps" if a is None else a for a in args]
+                proc = rhnsearch_main("sweep", *args, cwd=cwd, check=False)
+                one_line_error(proc.returncode, proc.stderr, "mlflow 3.19.0 is installed")
+                assert "install 'mlflow>=3.17,<3.19'" in proc.stderr, proc.stderr
+                assert not ray.is_initialized() and os.listdir(cwd) == [], command
+            assert sorted((p, p.stat().st_mtime_ns) for p in root.rglob("*")) == before
+    finally:
+        compat.installed = real
+        compat.in_range.cache_clear()

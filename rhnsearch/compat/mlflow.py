@@ -15,13 +15,20 @@ from . import require, tested
 SUPPORTED = ">=3.17,<3.19"
 
 
+def require_logging():
+    """Raise a one-line UserError unless the internals a sweep logs its trials with (the
+    dataset context tag) are in SUPPORTED: checked before a sweep starts Ray, where the
+    sender would otherwise meet it with every trial's first record."""
+    require("mlflow", SUPPORTED, "MLflow's dataset context tag")
+
+
 def dataset_input_tags(context: str) -> list:
     """The tags of a run's dataset input that say the run used it for `context` (the runs
     table's Dataset column shows it), as mlflow.log_input(..., context=...) writes them."""
     from mlflow.entities import InputTag
     from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
-    require("mlflow", SUPPORTED, "MLflow's dataset context tag")
+    require_logging()
     return [InputTag(MLFLOW_DATASET_CONTEXT, context)]
 
 

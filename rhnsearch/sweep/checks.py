@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 from ..cluster.connect import check_address, check_gpus
+from ..compat import mlflow as mlflow_compat
 from ..data import data_dir as default_data_dir
 from ..data import load_dataset
 from ..errors import UserError, first_line
@@ -68,6 +69,13 @@ def check_sweep_writable(record: SweepRecord, command: str):
         ) from None
 
 
+def check_going_on(record: SweepRecord, command: str):
+    """What `sweep COMMAND` (resume, extend, confirm) checks before Ray starts: that this
+    MLflow is one its trials can be logged with, and that the sweep's folder takes a write."""
+    mlflow_compat.require_logging()
+    check_sweep_writable(record, command)
+
+
 def check_storage(root: str):
     """Fail in one line unless the storage answers and takes a write (a bucket that is
     unreachable, missing or not ours), before Ray starts."""
@@ -115,6 +123,7 @@ def checked_sweep(
     (fetched on first use), the MLflow store, the plan. The record's experiment and parent
     run are not made yet: their ids are empty (`lifecycle.recorded_sweep` makes them)."""
     space = checked_space(space_path, preset, overrides, search)
+    mlflow_compat.require_logging()
     # Absolute paths first: in a Ray Job, joining the cluster may replace the working dir.
     space_path = Path(space_path).resolve()
     if address:

@@ -41,7 +41,7 @@ from .checkpoints import (
     move_search_state,
     repair_checkpoint_names,
 )
-from .checks import check_sweep_writable, checked_sweep
+from .checks import check_going_on, checked_sweep
 from .close import close_sweep
 from .confirm import confirmation
 from .record import Confirmation, SweepRecord, read_record, write_record
@@ -217,7 +217,7 @@ def resume_sweep(
             begins to follow it: `progress.Follower`).
     """
     record = load_record(name, storage_path, address)
-    check_sweep_writable(record, "resume")
+    check_going_on(record, "resume")
     round_dir = record.paths.round_dirs[-1]
     check_store(record.tracking_uri)
     filesystem, path = storage.split(round_dir)
@@ -309,7 +309,7 @@ def extend_sweep(
             + "; extend it with --samples instead"
         )
     client, parent = finished_parent(record, "extend")
-    check_sweep_writable(record, "extend")
+    check_going_on(record, "extend")
     extended = Space.model_validate({**space.model_dump(), "samples": samples, "seeds": seeds})
     start_ray(address, extended.cell_modules)
     added = extended.num_trials - space.num_trials  # the trials before: those of any confirm too
@@ -398,7 +398,7 @@ def chosen_confirmation(
     record = load_record(name, storage_path, address)
     space = record.space
     client, _ = finished_parent(record, "confirm")
-    check_sweep_writable(record, "confirm")
+    check_going_on(record, "confirm")
     experiment = client.get_experiment(record.experiment_id).name
     exp = store.Experiment(experiment, record.experiment_id, record.tracking_uri, client)
     confirm = confirmation(
