@@ -37,6 +37,7 @@ size as it finishes, then one JSON line.
         [--slots 64] [--epochs 40] [--epoch-ms 5] [--histories FILE.parquet |
         --synthetic-curves] [--fill] [--keep DIR] [--trace-memory] [--memray DIR]
         [--plain-tune [--plain-with storage|limit|searcher ...]] [--kill-at K | --resume-kept WORK]
+    python benchmarks/scale.py --restore 2000 20000
 
 --fill has each worker's first trial wait until there is a worker a slot (or 300 s): Tune
 gives the actor of a trial that ends to the next trial and drops the one it was starting for it
@@ -54,6 +55,10 @@ seconds from its start to its first trial's, and the driver CPU, records lost an
 twice over both drivers (the killed one's CPU read just before the kill). --resume-kept WORK
 does that second half alone, on a sweep that --keep kept in WORK and whose driver was killed
 (with the options of the run that made it), in place.
+--restore N [N ...] runs no sweep: it times Tune's restore of a saved experiment state of N
+ended trials and one live one (copies of a real trial Tune saved), from the state's parse to
+the live trial's start, as Tune's state holds them all and as a resume leaves it (the ended
+trials moved to the round's index first: `sweep.ended_index`), side by side for each N.
 --keep keeps each size's store and storage for a look afterwards;
 --trace-memory traces the driver's Python allocations (slower: not for timing) and prints, per
 phase, its RSS and Python heap at the phase's start and end and the source lines whose live
@@ -827,6 +832,113 @@ COLUMNS = [  # (heading, key, format)
 ]
 
 
+# -- --restore: Tune's restore of N saved trials, all in its state or the live one alone --------
+def restore_trainable(config):
+    """The restored live trial: it marks when it started, and ends."""
+    from ray import tune
+
+    with open(config["mark"], "a") as f:
+        f.write(f"{time.time()}\n")
+    tune.report({"loss": 1.0})
+
+
+def restore_template(root: Path, mark: Path) -> Path:
+    """A real Tune experiment of two ended trials of `restore_trainable`, saved in ROOT."""
+    from ray import tune
+
+    tune.Tuner(
+        restore_trainable,
+        param_space={"mark": str(mark)},
+        tune_config=tune.TuneConfig(num_samples=2),
+        run_config=tune.RunConfig(name="template", storage_path=str(root), verbose=0),
+    ).fit()
+    return root / "template"
+
+
+def grown_experiment(template: Path, where: Path, n: int) -> Path:
+    """TEMPLATE copied to WHERE with N ended trials and one live (pending) one in its state,
+    each a copy of its first trial under an id and folder of its own."""
+    from rhnsearch.compat import ray as ray_compat
+
+    shutil.copytree(template, where)
+    (path,) = [p for p in where.iterdir() if ray_compat.is_experiment_state(p.name)]
+    state = json.loads(path.read_bytes())
+    info, run = state["trial_data"][0]
+    info = json.loads(info)
+    state["trial_data"] = [
+        [
+            json.dumps(
+                {
+                    **info,
+                    "trial_id": f"{info['trial_id']}_{i:06d}",
+                    "relative_logdir": f"{info['relative_logdir']}_{i:06d}",
+                    "status": "PENDING" if i == n else info["status"],
+                }
+            ),
+            run,
+        ]
+        for i in range(n + 1)
+    ]
+    path.write_text(json.dumps(state))
+    return where
+
+
+def restore_seconds(where: Path, mark: Path, live_only: bool) -> float:
+    """Seconds from the parse of the saved state in WHERE (and, LIVE_ONLY, its ended trials
+    moved to the index) to the start of the live trial of the restored Tuner."""
+    from rhnsearch.compat import ray as ray_compat
+    from rhnsearch.sweep.ended_index import keep_live_trials
+
+    mark.unlink(missing_ok=True)
+    start = time.time()
+    (path,) = [p for p in where.iterdir() if ray_compat.is_experiment_state(p.name)]
+    state = ray_compat.load_experiment_state(path.read_bytes())
+    if live_only:
+        keep_live_trials(str(where), state)
+    del state
+    ray_compat.restored_tuner(str(where), restore_trainable).fit()
+    return float(mark.read_text().split()[0]) - start
+
+
+def measure_restore(sizes: list[int]):
+    """Print, for each size, the seconds to the live trial's start, then one JSON line."""
+    import ray
+
+    logging.getLogger("ray.tune").setLevel(logging.WARNING)
+    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="scale-restore-") as folder:
+        root, mark = Path(folder), Path(folder) / "started"
+        template = restore_template(root, mark)
+        for n in sizes:
+            row = {"ended_trials": n}
+            for key, live_only in (("all_s", False), ("live_only_s", True)):
+                where = grown_experiment(template, root / f"{key}-{n}", n)
+                states = [p for p in where.iterdir() if p.name.startswith("experiment_state")]
+                row["state_mb"] = sum(p.stat().st_size for p in states) / 1e6
+                row[key] = restore_seconds(where, mark, live_only)
+                shutil.rmtree(where)
+            rows.append(row)
+            print(
+                f"{n:>7} ended trials ({row['state_mb']:.1f} MB of Tune's state): the live one "
+                f"starts {row['all_s']:.2f} s after the "
+                f"parse with all in Tune's state, {row['live_only_s']:.2f} s with the live "
+                f"one alone ({row['all_s'] / row['live_only_s']:.1f}x)",
+                flush=True,
+            )
+    ray.shutdown()
+    first = rows[0]
+    print(
+        json.dumps(
+            {
+                "restore": [{k: round(v, 3) for k, v in row.items()} for row in rows],
+                "growth_all": round(rows[-1]["all_s"] / first["all_s"], 3),
+                "growth_live_only": round(rows[-1]["live_only_s"] / first["live_only_s"], 3),
+            }
+        )
+    )
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trials", type=int, nargs="+", default=[500, 2000, 10000])
@@ -863,6 +975,13 @@ def main():
     )
     p.add_argument("--keep", type=Path, help="keep each size's store and storage under KEEP")
     p.add_argument(
+        "--restore",
+        type=int,
+        nargs="+",
+        metavar="N",
+        help="time Tune's restore of N ended trials and a live one (no sweep runs)",
+    )
+    p.add_argument(
         "--trace-memory",
         action="store_true",
         help="trace the driver's Python allocations (slower): the lines that grew in each phase",
@@ -889,6 +1008,9 @@ def main():
     for hidden in ("--driver", "--resume"):
         p.add_argument(hidden, action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.restore:
+        measure_restore(args.restore)
+        return
     if args.plain_tune and args.storage != "dir":
         p.error("--plain-tune runs on --storage dir only")
     if args.plain_with and not args.plain_tune:

@@ -241,6 +241,20 @@ def test_scale_smoke(tmp_path):
     assert len(lines(proc, rf"\s+12\s+{size['trial_epochs']}\s+{NUMBER}\s+.*")) == 1
 
 
+@pytest.mark.cluster
+def test_scale_restore_smoke(tmp_path):
+    """Tune's restore of 5 and 50 ended trials and a live one: the seconds to the live trial,
+    all in Tune's state and the live one alone, for each size, and their growth."""
+    proc = bench("scale.py", "--restore", 5, 50, tmp_path=tmp_path, timeout=300)
+    result = last_json(proc)
+    assert [r["ended_trials"] for r in result["restore"]] == [5, 50]
+    for row in result["restore"]:
+        assert finite(row["all_s"], row["live_only_s"]) and row["live_only_s"] > 0
+    assert finite(result["growth_all"], result["growth_live_only"])
+    pattern = rf"\s+(5|50) ended trials \({NUMBER} MB of Tune's state\): the live one starts .*"
+    assert [m[1] for m in lines(proc, pattern)] == ["5", "50"]
+
+
 @pytest.mark.slow
 @pytest.mark.cluster
 @pytest.mark.services

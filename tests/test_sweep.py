@@ -17,10 +17,13 @@ import pytest
 from mlflow.tracking import MlflowClient
 from ray.tune.experiment import Trial
 
+from rhnsearch.compat import ray as ray_compat
 from rhnsearch.provenance import cpu_name
 from rhnsearch.search.scheduler import CellASHAScheduler, read_state
 from rhnsearch.search.searchers import load_study, study_names
 from rhnsearch.sweep import jobs
+from rhnsearch.sweep.checkpoints import saved_state
+from rhnsearch.sweep.ended_index import indexed
 
 import lab_services
 from conftest import (
@@ -230,7 +233,8 @@ def test_driver_killed_then_resume_finishes_without_rerunning(tmp_path, data_dir
         env={"TUNE_GLOBAL_CHECKPOINT_S": "auto"},
     )
     uri = f"sqlite:///{tmp_path / 'results/mlflow.db'}"
-    scheduler_state = tmp_path / "results" / "sweeps" / name / "scheduler" / "state.json"
+    ran_in = tmp_path / "results" / "sweeps"
+    scheduler_state = ran_in / name / "scheduler" / "state.json"
     finished = {}
 
     def some_trials_ended():
@@ -247,7 +251,12 @@ def test_driver_killed_then_resume_finishes_without_rerunning(tmp_path, data_dir
         except Exception:  # noqa: BLE001 - the store is being made
             return False
         stopped = read_state(str(scheduler_state))[0]["stopped"]
-        return len(finished) >= 3 and any(t in finished for t in stopped)
+        if not (len(finished) >= 3 and any(t in finished for t in stopped)):
+            return False
+        try:  # and Tune has saved one as ended, which the resume takes out of its state
+            return bool(ray_compat.ended_trials(saved_state(str(ran_in / name))))
+        except (TypeError, ValueError):  # none saved yet, or its file being written
+            return False
 
     wait_until(some_trials_ended, "3 trials ended, one of them stopped by ASHA", 300)
     sweep.stop()
@@ -263,7 +272,7 @@ def test_driver_killed_then_resume_finishes_without_rerunning(tmp_path, data_dir
     ended = client.search_runs([exp.experiment_id], "tags.status != 'running'")
     assert len(ended) < trials, "every trial had ended before the kill"
 
-    ran_in, moved = tmp_path / "results" / "sweeps", tmp_path / "disk" / "sweeps"
+    moved = tmp_path / "disk" / "sweeps"
     moved.parent.mkdir()
     ran_in.rename(moved)
     proc = rhnsearch_cli(
@@ -290,6 +299,16 @@ def test_driver_killed_then_resume_finishes_without_rerunning(tmp_path, data_dir
     (parent_after,) = client.search_runs([exp.experiment_id], "tags.kind = 'sweep'")
     assert parent_after.info.run_id == parent.info.run_id
     assert parent_after.info.status == "FINISHED" and "resumed" in parent_after.data.tags
+    # the trials Tune had saved as ended were taken out of its state before its restore (into
+    # the round's index: none ran again, above), and the close counted them as saved
+    index, final = indexed(str(moved / name)), saved_state(str(moved / name))
+    assert index and not index.keys() & ray_compat.saved_trial_ids(final), index
+    assert index.keys() | ray_compat.saved_trial_ids(final) == {
+        r.data.tags["trial_id"] for r in runs
+    }
+    best = parent_after.data.tags["best_run_id"]
+    (model,) = client.search_logged_models([exp.experiment_id], f"source_run_id = '{best}'")
+    assert model.status == "READY"
 
 
 @pytest.mark.slow

@@ -135,11 +135,17 @@ def _newest(names: list[str], pattern: str) -> str | None:
     return max((name for name in names if re.fullmatch(pattern, name)), default=None)
 
 
+DECODED = "rhnsearch decoded"  # a parsed state's trial infos, decoded once (`_saved_trials`)
+
+
 def _saved_trials(state: dict) -> list[tuple[dict, object]]:
     """(trial info, run state as saved) of each trial in a saved experiment state, parsed:
-    the info decoded, the run state not yet (`_decoded`)."""
+    the info decoded (once a state: 9 kB of JSON a trial, which each reader would decode
+    again), the run state not yet (`_decoded`)."""
     _check("Tune's saved experiment state")
-    return [(_decoded(info), run) for info, run in state["trial_data"]]
+    if DECODED not in state:
+        state[DECODED] = [(_decoded(info), run) for info, run in state["trial_data"]]
+    return state[DECODED]
 
 
 def _decoded(part) -> dict:
@@ -151,25 +157,57 @@ def saved_trial_ids(state: dict) -> set[str]:
     return {info["trial_id"] for info, _ in _saved_trials(state)}
 
 
+def _newest_checkpoint(run) -> str | None:
+    """The name of the newest checkpoint a trial's saved run state names, or None."""
+    manager = _decoded(run).get("checkpoint_manager") or {}
+    saved = (
+        bytes.fromhex(manager["value"]).decode("latin-1")  # its pickle, not loaded
+        if manager.get("_type") == "CLOUDPICKLE_FALLBACK"
+        else json.dumps(manager)
+    )
+    named = re.findall(CHECKPOINT, saved)
+    return max(named) if named else None
+
+
 def resumable_checkpoints(state: dict) -> list[tuple[str, str | None]]:
     """(trial folder relative to the experiment, name of its newest checkpoint or None) of
     each trial in a saved experiment state, parsed, that a resume runs again: every one but
     those that finished (TERMINATED)."""
     from ray.tune.experiment import Trial
 
-    found = []
-    for info, run in _saved_trials(state):
-        if info["status"] == Trial.TERMINATED:
-            continue
-        manager = _decoded(run).get("checkpoint_manager") or {}
-        saved = (
-            bytes.fromhex(manager["value"]).decode("latin-1")  # its pickle, not loaded
-            if manager.get("_type") == "CLOUDPICKLE_FALLBACK"
-            else json.dumps(manager)
-        )
-        named = re.findall(CHECKPOINT, saved)
-        found.append((info["relative_logdir"], max(named) if named else None))
-    return found
+    return [
+        (info["relative_logdir"], _newest_checkpoint(run))
+        for info, run in _saved_trials(state)
+        if info["status"] != Trial.TERMINATED
+    ]
+
+
+def ended_trials(state: dict) -> list[dict]:
+    """Each trial of a saved experiment state, parsed, that finished (TERMINATED; a resume
+    runs it no more): its id, its folder relative to the experiment and its newest
+    checkpoint's name (or None)."""
+    from ray.tune.experiment import Trial
+
+    return [
+        {
+            "trial_id": info["trial_id"],
+            "folder": info["relative_logdir"],
+            "checkpoint": _newest_checkpoint(run),
+        }
+        for info, run in _saved_trials(state)
+        if info["status"] == Trial.TERMINATED
+    ]
+
+
+def without_trials(state: dict, trial_ids: set[str]) -> bytes:
+    """A saved experiment state, parsed, made into the bytes Tune reads, without the trials
+    `trial_ids`: but the last of them where it would hold no trial (Tune's restore takes the
+    first restored trial's timestamp)."""
+    infos = [info for info, _ in _saved_trials(state)]
+    trials = state["trial_data"]
+    kept = [t for t, info in zip(trials, infos) if info["trial_id"] not in trial_ids]
+    rest = {k: v for k, v in state.items() if k != DECODED} | {"trial_data": kept or trials[-1:]}
+    return json.dumps(rest).encode()  # its keys in their order: `stats` last, as Tune's
 
 
 def restored_tuner(path: str, trainable, *, storage_filesystem=None):

@@ -33,6 +33,10 @@ SCHEDULER_STATE_FILE = "scheduler/state.json"
 # directory; numbered objects under OPTUNA_JOURNAL/ in a bucket), which resumes and extends
 # go on with.
 OPTUNA_JOURNAL = "optuna_journal"
+# sweep.ended_index: in each round's Tune experiment, the trials that had ended when a resume
+# began (ENDED_TRIALS.jsonl, numbered objects under ENDED_TRIALS/ in a bucket), which the resume
+# takes out of Tune's saved state so that Tune restores the live trials only.
+ENDED_TRIALS = "ended_trials"
 # tracking.Journal: the MLflow records not sent yet (a killed driver loses none), in the
 # sweep's local folder (`SweepPaths.local`); in a bucket sweep also the copy of those
 # waiting, which a resume on another machine sends.

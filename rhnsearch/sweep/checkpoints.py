@@ -36,6 +36,7 @@ from ..errors import UserError
 from ..files import storage
 from ..search.searchers import saved_for
 from ..train import CHECKPOINT_FILE
+from .ended_index import indexed
 
 log = logging.getLogger(__name__)
 
@@ -86,14 +87,21 @@ def saved_state(round_dir: str) -> dict | None:
 
 
 def saved_trial_ids(round_dir: str) -> set[str] | None:
-    """The trials in Tune's newest saved experiment state, or None where there is no such
+    """The trials Tune saved of the round in ROUND_DIR: those in its newest saved experiment
+    state and those a resume took out of it (`ended_index`); None where there is no such
     state or it is not laid out as expected (a Ray release that renames or changes it):
     nothing can be concluded from it then."""
     try:
         state = saved_state(round_dir)
-        return None if state is None else ray_compat.saved_trial_ids(state)
+        return None if state is None else round_trial_ids(round_dir, state)
     except (KeyError, TypeError, ValueError):  # (a file cut short: json's ValueError)
         return None
+
+
+def round_trial_ids(round_dir: str, state: dict) -> set[str]:
+    """The trials of Tune's saved experiment state STATE (parsed) of the round in ROUND_DIR,
+    and those a resume took out of it (`ended_index`)."""
+    return ray_compat.saved_trial_ids(state) | indexed(round_dir).keys()
 
 
 def check_saved_state(round_dir: str) -> dict | None:
@@ -169,7 +177,7 @@ def align_search_states(round_dir: str, state: dict | None):
         return
     search, searcher = ray_compat.newest_search_states(storage.listdir(round_dir))
     try:
-        trial_ids = ray_compat.saved_trial_ids(state)
+        trial_ids = round_trial_ids(round_dir, state)
         for name, align in [(search, ray_compat.search_state_for), (searcher, saved_for)]:
             if name is None:
                 continue

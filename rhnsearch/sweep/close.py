@@ -16,6 +16,7 @@ from mlflow.tracking import MlflowClient
 from ..errors import UserError, first_line
 from ..tracking import database, histories, schema, snapshot, store
 from ..tracking.runs import StoredRun, matching
+from . import ended_index
 from .checkpoints import saved_trial_ids
 from .record import ParentRun, SweepRecord
 
@@ -221,12 +222,15 @@ def summarize(runs: list, long, name: str) -> dict:
 
 def keep_best_model(client: MlflowClient, checkpoints: dict, best: dict, record: SweepRecord):
     """Log the best trial's config and best-valid weights (from its latest checkpoint, in
-    CHECKPOINTS by trial id) as the MLflow model of its run, and register it as a new version
-    of the space's register_model, if it names one."""
+    CHECKPOINTS by trial id, or in the round's index of the trials that had ended when it was
+    resumed) as the MLflow model of its run, and register it as a new version of the space's
+    register_model, if it names one."""
     from ..analysis.mlflow_model import keep_model
     from ..train import Trainer
 
-    checkpoint = checkpoints.get(best["trial_id"])
+    checkpoint = checkpoints.get(best["trial_id"]) or ended_index.checkpoint(
+        record.paths.round_dirs[-1], best["trial_id"]
+    )
     if checkpoint is None:
         return
     with checkpoint.as_directory() as ckpt:

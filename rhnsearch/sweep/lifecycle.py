@@ -44,6 +44,7 @@ from .checkpoints import (
 from .checks import check_going_on, checked_sweep
 from .close import close_sweep
 from .confirm import confirmation
+from .ended_index import keep_live_trials
 from .record import Confirmation, SweepRecord, read_record, write_record
 from .tuner import build_scheduler as build_scheduler  # imported from here by tests/
 from .tuner import build_tuner, restored_round
@@ -232,6 +233,7 @@ def resume_sweep(
     repair_checkpoint_names(round_dir, state)
     align_search_states(round_dir, state)
     move_search_state(round_dir)
+    keep_live_trials(round_dir, state)
     del state  # tens of MB at thousands of trials: not held through the sweep
     mark_resumed(record)
     # the Tuner passed, not kept: finish lets it go before the close
