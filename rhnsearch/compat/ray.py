@@ -1,11 +1,12 @@
-"""What rhnsearch uses of Ray beyond its public API: the names of the files Tune saves its
-state in and how Tune reads them, the layout of its saved experiment state (each trial's
-folder, status and newest checkpoint; a state written back without its ended trials) and of
-its saved search state (the folder it makes new trials in), the checkpoints Tune's manager holds, the names of a trial's checkpoint folders,
-the analysis Tune builds as it restores a Tuner, a restored Tuner's searcher, scheduler and
-callbacks, `ray.init`'s private node address and the logger of its token notice, its GCS
-client (asked whether a cluster refuses this client's token), Tune's default metric name, the
-statuses of a trial waiting to run and the logger of its result grid.
+"""What rhnsearch uses of Ray beyond its public API: the names of the files Tune saves its state
+in and how Tune reads them, the layout of its saved experiment state (each trial's folder,
+status and newest checkpoint; a state written back without its ended trials) and of its saved
+search state (the folder it makes new trials in), the checkpoints Tune's manager holds, the
+names of a trial's checkpoint folders, the analysis Tune builds as it restores a Tuner, a
+restored Tuner's searcher, scheduler and callbacks, `ray.init`'s private node address and the
+logger of its token notice, its GCS client (asked whether a cluster refuses this client's
+token), Tune's default metric name, the statuses of a trial waiting to run and the logger of
+its result grid.
 
 Each function first checks that the installed Ray is in SUPPORTED and raises a one-line
 UserError otherwise (a saved state read wrongly would resume a sweep wrongly). A state read
