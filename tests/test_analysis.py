@@ -316,7 +316,8 @@ def test_registered_model_loads_with_pyfunc_and_predicts_as_rhnsearch(jsb_smoke,
 def test_a_model_in_the_older_layout_still_loads(jsb, data_dir, tmp_path):
     """Runs kept before the MLflow model: `model/model.pt` and `model/config.json`."""
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    run = client.create_run(client.create_experiment("old-layout"))
+    artifacts = (tmp_path / "artifacts").as_uri()  # not ./mlruns, MLflow's default: the repo's
+    run = client.create_run(client.create_experiment("old-layout", artifact_location=artifacts))
     trainer = Trainer(TrialConfig(width=8, epochs=1, seed=11), jsb)
     torch.save(
         {"config": asdict(trainer.config), "weights": trainer.model.state_dict()},
