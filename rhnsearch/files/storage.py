@@ -21,7 +21,6 @@ import threading
 import time
 import uuid
 import zipfile
-from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlparse
 from urllib.request import url2pathname
@@ -180,13 +179,6 @@ class Later:
 
 
 LATER = Later()
-
-
-def write_text_later(location: str, text: Callable[[], str], *, gap: float = 0.0):
-    """write_text on the storage thread (see Later) of what TEXT() gives when the write runs,
-    no sooner than GAP seconds after the last write of LOCATION: a state changed many times
-    while one write waits is made into text once."""
-    LATER.put(f"write {location}", lambda: write_text(location, text()), gap=gap)
 
 
 def exists(location: str) -> bool:
