@@ -6,6 +6,7 @@ holds a sweep whose driver was SIGKILLed midway (`old-killed`) and a finished on
 they were made)."""
 
 import fcntl
+import gc
 import math
 import shutil
 import tarfile
@@ -32,6 +33,7 @@ def unpacked(commit: str, data_dir: Path):
     root = Path(f"/tmp/rhnsearch-old-layout-{commit}")
     with open(f"{root}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        close_connections_under(root)
         shutil.rmtree(root, ignore_errors=True)
         root.mkdir()
         try:
@@ -41,6 +43,18 @@ def unpacked(commit: str, data_dir: Path):
             yield root
         finally:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def close_connections_under(root: Path):
+    """Close this process's pooled connections to a database under ROOT. MLflow keeps one
+    SQLAlchemy engine per store URI for the life of the process: a connection left in its pool
+    by an earlier test (test_bad_input.py opens the old store in-process) would go on reading
+    the removed file, not the one unpacked at the same path."""
+    import sqlalchemy
+
+    for engine in [o for o in gc.get_objects() if isinstance(o, sqlalchemy.engine.Engine)]:
+        if str(engine.url.database or "").startswith(str(root)):
+            engine.dispose()
 
 
 @pytest.fixture(params=COMMITS)
