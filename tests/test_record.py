@@ -39,7 +39,7 @@ def test_an_old_sweep_reads_and_is_written_back_with_its_values_as_version_2(tmp
     one_round = [{"samples": 2, "seeds": 1, "done": [0, 0]}]
     assert again == {
         **old,
-        "version": 2,
+        "version": 3,
         "storage": str(tmp_path),
         "rounds": one_round,
         "space": {**old["space"], "quantity": "best_valid_loss"},  # a field added since
@@ -53,7 +53,7 @@ def test_an_old_extended_sweep_reads_and_extending_writes_what_the_old_code_wrot
     here = replace(record, storage=str(tmp_path)).paths
     assert here.round_dirs == [str(tmp_path / "old"), str(tmp_path / "old" / "extend-1")]
     space = {**old["space"], "quantity": "best_valid_loss"}  # a field added since, its default
-    assert record.to_json() == {**old, "version": 2, "space": space}
+    assert record.to_json() == {**old, "version": 3, "space": space}
     first = SweepRecord.from_json(json.loads((DATA / "sweep_state_dd9c428.json").read_text()))
     assert first.extended(record.space, old["trials"]) == record
 
@@ -65,7 +65,7 @@ def test_a_state_file_from_before_plans_reads_with_none():
     assert record.plan is None and record.to_json()["plan"] is None
 
 
-@pytest.mark.parametrize("version", [3, 0, "2"])
+@pytest.mark.parametrize("version", [4, 0, "2"])
 def test_a_record_of_a_version_this_code_does_not_read_is_one_line(tmp_path, version):
     """A newer rhnsearch's record is refused, not read and written back without what it
     added; nothing is written."""

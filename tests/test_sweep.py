@@ -18,6 +18,7 @@ from mlflow.tracking import MlflowClient
 from ray.tune.experiment import Trial
 
 from rhnsearch.compat import ray as ray_compat
+from rhnsearch.files.layout import STATE_FILE
 from rhnsearch.provenance import cpu_name
 from rhnsearch.search.scheduler import CellASHAScheduler, read_state
 from rhnsearch.search.searchers import load_study, study_names
@@ -306,6 +307,9 @@ def test_driver_killed_then_resume_finishes_without_rerunning(tmp_path, data_dir
     assert index.keys() | ray_compat.saved_trial_ids(final) == {
         r.data.tags["trial_id"] for r in runs
     }
+    # written again at format version 3: rhnsearch of version 2, which reads no index, refuses
+    # it rather than take the indexed trials for ones Tune never saved (and delete their runs)
+    assert json.loads((moved / name / STATE_FILE).read_text())["version"] == 3
     best = parent_after.data.tags["best_run_id"]
     (model,) = client.search_logged_models([exp.experiment_id], f"source_run_id = '{best}'")
     assert model.status == "READY"

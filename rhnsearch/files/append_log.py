@@ -10,13 +10,11 @@ from . import storage
 
 
 class AppendLog:
-    """The log at LOCATION (a path or URI, without a suffix). One process appends to it: it
-    reads the log before its first append, and its appends follow that."""
+    """The log at LOCATION (a path or URI, without a suffix)."""
 
     def __init__(self, location: str):
         self.location = location
         self.read_to = 0  # whole lines' bytes (a file) or objects (a bucket) read so far
-        self.caught_up = False  # read to the end once
 
     @property
     def path(self) -> str | None:
@@ -30,7 +28,6 @@ class AppendLog:
     def read(self) -> list:
         """The entries appended since the last read (a line a killed writer left half
         written is not one)."""
-        self.caught_up = True
         if self.path is None:  # in a bucket: the objects after the last read, by number
             entries = []
             while (text := storage.read_text(self._object(self.read_to))) is not None:
@@ -47,17 +44,19 @@ class AppendLog:
         self.read_to += len(whole)
         return [entry for line in whole.splitlines() for entry in json.loads(line)]
 
-    def append(self, entries: list):
-        """Append ENTRIES (JSON values) as one line or one object, after every entry there."""
-        if not self.caught_up:
-            self.read()  # follow the numbering, or the lines, of what is there
+    def append(self, entries: list) -> list:
+        """Append ENTRIES (JSON values) as one line or one object, after every entry there
+        (read first: the numbering, or the lines, follow them). Returns the entries that
+        were there unread."""
+        unread = self.read()
         if self.path is None:
             storage.write_text(self._object(self.read_to), json.dumps(entries))
             self.read_to += 1
-            return
+            return unread
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         line = (json.dumps(entries) + "\n").encode()
         with open(self.path, "ab") as f:
             f.truncate(self.read_to)  # a half-written line a killed writer left goes
             f.write(line)
         self.read_to += len(line)
+        return unread

@@ -10,7 +10,10 @@ storage layout of issue 33 (tests/data/old_layout_*.tar.gz: both resume and exte
   scheduler's state without `settings` before replicates were judged by their setting.
 - version 2: every key written, and `version`.
 - version 3: the scheduler's changes appended to a log beside its state file (its first entry
-  says the version); a sweep's state file of version 1 or 2 is read first, and kept.
+  says the version); a sweep's state file of version 1 or 2 is read first, and kept. The
+  record of a sweep resumed since is written again at version 3: a round's ended trials may
+  be in its `ended_trials` index rather than in Tune's state, which an older rhnsearch would
+  take for trials Tune never saved (and delete their MLflow runs at the close).
 
 A file of a newer version than this code's is refused in one line: an older rhnsearch would
 drop what it does not know when it writes the file back.
@@ -23,7 +26,7 @@ from ..errors import UserError
 from .layout import SweepPaths
 from .parent_run import ParentRun
 
-RECORD_VERSION = 2
+RECORD_VERSION = 3
 SCHEDULER_VERSION = 3
 
 

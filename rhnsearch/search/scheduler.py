@@ -129,6 +129,9 @@ class CellASHAScheduler(LiveFIFOScheduler):
         self._state = None
         self._log, self._unsaved = None, []  # the log of changes, those not appended yet
 
+    def __getstate__(self) -> dict:  # pickled (tuner.pkl) as at the start: read on first use
+        return {**self.__dict__, "_state": None, "_log": None, "_unsaved": []}
+
     def set_search_properties(self, metric, mode, **spec) -> bool:
         if (self._metric and metric) or (self._mode and mode):
             return False

@@ -264,9 +264,8 @@ class ObjectJournal(BaseJournalBackend):
         return self.logs[log_number_from:]
 
     def append_logs(self, logs: list):
-        self.read_logs(len(self.logs))  # the numbering must follow every object
-        self.objects.append(logs)
-        self.logs += logs  # read: as the object just written holds them
+        self.logs += self.objects.append(logs)  # those before it, then as written
+        self.logs += logs
 
 
 LOCK_GRACE = 10  # s a journal's lock file stands unchanged before the next writer takes it

@@ -25,35 +25,32 @@ log = logging.getLogger(__name__)
 def indexed(round_dir: str) -> dict[str, dict]:
     """The index of the round in ROUND_DIR: each ended trial taken out of Tune's state, by
     id (its folder and newest checkpoint's name)."""
-    return {entry["trial_id"]: entry for entry in AppendLog(index(round_dir)).read()}
+    return {entry["trial_id"]: entry for entry in AppendLog(_index(round_dir)).read()}
 
 
-def index(round_dir: str) -> str:
+def _index(round_dir: str) -> str:
     return storage.join(round_dir, ENDED_TRIALS)
 
 
-def keep_live_trials(round_dir: str, state: dict) -> int:
+def keep_live_trials(round_dir: str, state: dict):
     """Move the ended trials of Tune's newest saved experiment state STATE (parsed, read from
-    ROUND_DIR) to the round's index, then write the state back without them. Returns how
-    many were moved."""
+    ROUND_DIR) to the round's index, then write the state back without them."""
     ended = ray_compat.ended_trials(state)
     if not ended:
-        return 0
-    log_ = AppendLog(index(round_dir))
-    indexed = {entry["trial_id"] for entry in log_.read()}
-    new = [entry for entry in ended if entry["trial_id"] not in indexed]
-    if new:
-        log_.append(new)
+        return
+    entries = AppendLog(_index(round_dir))
+    known = {entry["trial_id"] for entry in entries.read()}
+    if new := [entry for entry in ended if entry["trial_id"] not in known]:
+        entries.append(new)
     name = ray_compat.newest_experiment_state(storage.listdir(round_dir))
     moved = {entry["trial_id"] for entry in ended}
     storage.write_bytes(storage.join(round_dir, name), ray_compat.without_trials(state, moved))
     log.info(
         "%d ended trials kept in %s, out of Tune's state: Tune restores %d",
         len(moved),
-        index(round_dir),
+        entries.location,
         len(ray_compat.saved_trial_ids(state) - moved) or 1,
     )
-    return len(moved)
 
 
 def checkpoint(round_dir: str, trial_id: str) -> tune.Checkpoint | None:

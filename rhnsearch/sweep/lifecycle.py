@@ -233,6 +233,7 @@ def resume_sweep(
     repair_checkpoint_names(round_dir, state)
     align_search_states(round_dir, state)
     move_search_state(round_dir)
+    write_record(record)  # of this version: an older rhnsearch would not read the index
     keep_live_trials(round_dir, state)
     del state  # tens of MB at thousands of trials: not held through the sweep
     mark_resumed(record)
