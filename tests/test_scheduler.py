@@ -26,6 +26,7 @@ from rhnsearch.files.layout import SCHEDULER_STATE_FILE
 from rhnsearch.search.scheduler import (
     CellASHAScheduler,
     LiveFIFOScheduler,
+    decisions_log,
     read_state,
     setting_key,
 )
@@ -459,6 +460,18 @@ def test_the_log_skips_a_half_written_line_and_refuses_a_newer_format(tmp_path):
     (newer / "decisions.jsonl").write_text('[{"version": 4, "per_cell": true}]\n')
     with pytest.raises(UserError, match=r"decisions is of format version 4, .* versions 1 to 3"):
         report(scheduler(str(newer / "state.json")), trial("a"), 1, 1.0)
+
+
+def test_the_log_is_beside_the_state_file_in_a_folder_or_a_bucket():
+    """The log's location keeps a bucket URI's options at its end."""
+    bucket = "s3://lab/sweeps/a/scheduler/state.json?endpoint_override=127.0.0.1:9000"
+    assert (
+        decisions_log(bucket)
+        == "s3://lab/sweeps/a/scheduler/decisions?endpoint_override=127.0.0.1:9000"
+    )
+    assert (
+        decisions_log("/data/sweeps/a/scheduler/state.json") == "/data/sweeps/a/scheduler/decisions"
+    )
 
 
 def test_build_scheduler_follows_the_space(tmp_path):

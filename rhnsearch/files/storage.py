@@ -56,6 +56,12 @@ def join(root: str, *parts: str) -> str:
     return "/".join([path.rstrip("/"), *parts]) + (f"?{query}" if query else "")
 
 
+def parent(location: str) -> str:
+    """The folder of LOCATION (a path or URI); a URI's query options stay at the end."""
+    path, _, query = location.partition("?")
+    return path.rstrip("/").rsplit("/", 1)[0] + (f"?{query}" if query else "")
+
+
 def split(location: str) -> tuple[pafs.FileSystem, str]:
     """(filesystem, path) of a location, as Tune takes them (storage_filesystem and a path
     without scheme): a local one writes whole files (WholeFiles), an S3 bucket one small file

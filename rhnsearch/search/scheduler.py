@@ -239,8 +239,7 @@ class CellASHAScheduler(LiveFIFOScheduler):
 
 def decisions_log(state_file: str) -> str:
     """The log of a scheduler's changes (AppendLog), in the folder of its state file."""
-    path, _, query = state_file.partition("?")
-    return storage.join(path.rsplit("/", 1)[0] + (f"?{query}" if query else ""), DECISIONS)
+    return storage.join(storage.parent(state_file), DECISIONS)
 
 
 def apply(state: dict, change: dict, where: str = ""):
