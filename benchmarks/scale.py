@@ -530,8 +530,10 @@ def resumed(args, trials, work, uri, root, env, killed: dict) -> dict:
     "killed": KILLED and the seconds from the resume's start to the first trial it starts."""
     start = time.time()
     answer = driven(args, trials, work, uri, root, env, "--resume")
-    starts = [float(t) for t in (work / STARTS).read_text().split()]
-    answer["killed"] = {**killed, "first_trial_s": min(t for t in starts if t > start) - start}
+    later = [t for t in map(float, (work / STARTS).read_text().split()) if t > start]
+    if not later:  # (seen once: a resume whose trials had all ended, or that failed early)
+        print(f"the resume started no trial: see {work / 'driver.log'}", file=sys.stderr)
+    answer["killed"] = {**killed, "first_trial_s": min(later) - start if later else None}
     return answer
 
 
@@ -1056,11 +1058,15 @@ def main():
             if "killed" in rows[-1]:
                 killed = rows[-1]["killed"]
                 after = f" ({killed['after_s']:.0f} s)" if "after_s" in killed else ""
+                first = killed["first_trial_s"]
                 print(
                     f"  killed once {killed['trials_ended']} trials had ended{after}; "
-                    f"the resume started a trial "
-                    f"{killed['first_trial_s']:.1f} s after its own start; "
-                    f"settings run twice: {rows[-1]['doubled']}",
+                    + (
+                        f"the resume started a trial {first:.1f} s after its own start; "
+                        if first is not None
+                        else "the resume started no trial; "
+                    )
+                    + f"settings run twice: {rows[-1]['doubled']}",
                     flush=True,
                 )
             for phase, grew in rows[-1].get("memory", {}).items():
