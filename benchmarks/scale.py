@@ -941,6 +941,56 @@ def measure_restore(sizes: list[int]):
     )
 
 
+# -- --table: docs/scale.md's table of the rows kept in docs/scale/ ------------------------------
+TABLE = [  # (heading, the value of a size's row and its run's options)
+    ("trials", lambda s, run: f"{s['trials']:,}"),
+    ("store", lambda s, run: run["store"]),
+    ("storage", lambda s, run: run["storage"]),
+    ("search", lambda s, run: run["search"] + " (--fill)" * bool(run.get("fill"))),
+    ("epochs, ms", lambda s, run: f"{run['epochs']}, {run['epoch_ms']:g}"),
+    ("killed at", lambda s, run: f"{s['killed']['trials_ended']:,}" if "killed" in s else ""),
+    ("driver CPU ms a trial-epoch", lambda s, run: f"{s['driver_cpu_ms_per_trial_epoch']:.1f}"),
+    ("peak RSS MB", lambda s, run: f"{s['driver_peak_rss_mb']:,.0f}"),
+    ("report, export, table s", lambda s, run: results_seconds(s)),
+    ("resume's first trial s", lambda s, run: first_trial(s)),
+    ("lost, run twice", lambda s, run: f"{s['mlflow_records_lost']}, {s.get('doubled', '-')}"),
+]
+
+
+def results_seconds(size: dict) -> str:
+    return ", ".join(f"{size[k]:.1f}" if k in size else "-" for k in RESULTS_KEYS)
+
+
+RESULTS_KEYS = ("report_s", "export_s", "table_s")
+
+
+def first_trial(size: dict) -> str:
+    seconds = size.get("killed", {}).get("first_trial_s")
+    return "" if seconds is None else f"{seconds:.1f}"
+
+
+def saved_run(path: Path) -> dict:
+    """The run a scale.py output in PATH holds: its last line's JSON (a file of that line
+    alone, or the whole output)."""
+    text = path.read_text().strip()
+    return json.loads(text if text.startswith("{") and "\n" not in text else text.splitlines()[-1])
+
+
+def table(paths: list[Path]) -> str:
+    """A Markdown table with a row per size of each run saved in PATHS, in their order, each
+    naming its file."""
+    lines = [
+        "| " + " | ".join([h for h, _ in TABLE] + ["run"]) + " |",
+        "|" + "---|" * (len(TABLE) + 1),
+    ]
+    for path in paths:
+        run = saved_run(path)
+        for size in run["sizes"]:
+            cells = [value(size, run) for _, value in TABLE] + [f"[{path.name}](scale/{path.name})"]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trials", type=int, nargs="+", default=[500, 2000, 10000])
@@ -984,6 +1034,13 @@ def main():
         help="time Tune's restore of N ended trials and a live one (no sweep runs)",
     )
     p.add_argument(
+        "--table",
+        type=Path,
+        nargs="+",
+        metavar="FILE",
+        help="print the Markdown table of runs saved in FILEs (their JSON lines; no sweep runs)",
+    )
+    p.add_argument(
         "--trace-memory",
         action="store_true",
         help="trace the driver's Python allocations (slower): the lines that grew in each phase",
@@ -1012,6 +1069,9 @@ def main():
     args = p.parse_args()
     if args.restore:
         measure_restore(args.restore)
+        return
+    if args.table:
+        print(table(args.table))
         return
     if args.plain_tune and args.storage != "dir":
         p.error("--plain-tune runs on --storage dir only")
@@ -1090,6 +1150,7 @@ def main():
                 "slots": args.slots,
                 "epochs": args.epochs,
                 "epoch_ms": args.epoch_ms,
+                "fill": args.fill,
                 "curves": curves,
                 "sizes": [
                     {k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}

@@ -241,6 +241,17 @@ def test_scale_smoke(tmp_path):
     assert len(lines(proc, rf"\s+12\s+{size['trial_epochs']}\s+{NUMBER}\s+.*")) == 1
 
 
+def test_the_docs_table_of_scale_runs_is_what_their_files_say(tmp_path):
+    """docs/scale.md's table of rows is `scale.py --table` of the files its comment names:
+    a number in it that no run gave, or a run whose file changed, fails here."""
+    doc = (ROOT / "docs" / "scale.md").read_text()
+    names = re.search(r"<!-- scale.py --table (.+?) -->", doc)[1].split()
+    proc = bench("scale.py", "--table", *(f"docs/scale/{n}" for n in names), tmp_path=tmp_path)
+    rows = proc.stdout.strip().splitlines()
+    assert len(rows) > len(names) + 1 and all(f"(scale/{n})" in proc.stdout for n in names)
+    assert f"-->\n{proc.stdout.strip()}\n" in doc
+
+
 @pytest.mark.cluster
 def test_scale_restore_smoke(tmp_path):
     """Tune's restore of 5 and 50 ended trials and a live one: the seconds to the live trial,
