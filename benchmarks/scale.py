@@ -972,8 +972,7 @@ def first_trial(size: dict) -> str:
 def saved_run(path: Path) -> dict:
     """The run a scale.py output in PATH holds: its last line's JSON (a file of that line
     alone, or the whole output)."""
-    text = path.read_text().strip()
-    return json.loads(text if text.startswith("{") and "\n" not in text else text.splitlines()[-1])
+    return json.loads(path.read_text().strip().splitlines()[-1])
 
 
 def table(paths: list[Path]) -> str:
