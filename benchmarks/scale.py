@@ -81,7 +81,6 @@ import resource
 import shutil
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -89,12 +88,13 @@ import time
 import tracemalloc
 import zipfile
 import zlib
-from contextlib import ExitStack, closing, contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import psutil
+import sqlalchemy
 
 from rhnsearch.files.layout import CHECKPOINT_FILE, HELD_FILE
 
@@ -505,36 +505,60 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_driver(args, trials: int, work: Path, uri: str, root: str, env: dict) -> dict:
-    """`drive` in a fresh process; with --kill-at K, SIGKILLed once K trials have ended (their
-    MLflow runs ended), then `drive --resume` in another: the resume's answer, with "killed":
-    the trials ended, the wall seconds and the killed driver's CPU seconds at the kill, and the
-    seconds from the resume's start to the first trial it starts. With --resume-kept, the
-    resume alone."""
+def run_driver(args, trials: int, work: Path, store: tuple, root: str, env: dict) -> dict:
+    """`drive` in a fresh process on the MLflow STORE (`tracking_store`'s (URI, database));
+    with --kill-at K, SIGKILLed once K trials have ended (their MLflow runs ended), then
+    `drive --resume` in another: the resume's answer, with "killed": the trials ended, the
+    wall seconds and the killed driver's CPU seconds at the kill, and the seconds from the
+    resume's start to the first trial it starts. With --resume-kept, the resume alone."""
+    uri, database = store
     if args.resume_kept:  # its driver killed before this run
-        return resumed(args, trials, work, uri, root, env, {"trials_ended": ended_trials(uri)})
+        killed = {"trials_ended": ended_trials(database)}
+        return resumed(args, trials, work, uri, root, env, killed)
     if not args.kill_at:
         return driven(args, trials, work, uri, root, env)
     start = time.monotonic()
 
     def enough_ended() -> bool:
-        return ended_trials(uri) >= args.kill_at
+        return ended_trials(database) >= args.kill_at
 
     cpu = driven(args, trials, work, uri, root, env, until=enough_ended)
-    killed = {"trials_ended": ended_trials(uri), "after_s": time.monotonic() - start, **cpu}
+    killed = {"trials_ended": ended_trials(database), "after_s": time.monotonic() - start, **cpu}
     return resumed(args, trials, work, uri, root, env, killed)
 
 
 def resumed(args, trials, work, uri, root, env, killed: dict) -> dict:
     """`drive --resume` of the sweep in WORK, whose driver was killed: its answer, with
-    "killed": KILLED and the seconds from the resume's start to the first trial it starts."""
+    "killed": KILLED and the seconds from the resume's start to the first trial it starts,
+    and with the trials that had ended before the kill among those Tune took."""
+    from rhnsearch.files import storage
+
+    ended = ended_epochs(storage.join(root, NAME))
     start = time.time()
     answer = driven(args, trials, work, uri, root, env, "--resume")
     later = [t for t in map(float, (work / STARTS).read_text().split()) if t > start]
     if not later:  # (seen once: a resume whose trials had all ended, or that failed early)
         print(f"the resume started no trial: see {work / 'driver.log'}", file=sys.stderr)
     answer["killed"] = {**killed, "first_trial_s": min(later) - start if later else None}
+    answer["taken"] = {**ended, **answer["taken"]}
     return answer
+
+
+def ended_epochs(round_dir: str) -> dict[str, int]:
+    """Trial id -> last epoch of each ended trial in Tune's saved experiment state of the
+    round in ROUND_DIR: what the killed driver's Tune took of the trials its resume runs no
+    more (the resume moves them out of Tune's state: sweep/ended_index.py)."""
+    from rhnsearch.compat import ray as ray_compat
+    from rhnsearch.sweep.checkpoints import saved_state
+
+    state = saved_state(round_dir)
+    ended = {entry["trial_id"] for entry in ray_compat.ended_trials(state)}
+    saved = [[json.loads(p) if isinstance(p, str) else p for p in t] for t in state["trial_data"]]
+    return {
+        info["trial_id"]: run["last_result"].get("epoch", 0)
+        for info, run in saved
+        if info["trial_id"] in ended
+    }
 
 
 def driven(args, trials, work, uri, root, env, *options, until=None) -> dict:
@@ -576,16 +600,18 @@ def driven(args, trials, work, uri, root, env, *options, until=None) -> dict:
     return json.loads(result.read_text())
 
 
-def ended_trials(uri: str) -> int:
-    """The trials whose MLflow run has ended, read from the sqlite store's tables."""
+def ended_trials(database: str) -> int:
+    """The trials whose MLflow run has ended, read from the store's tables in DATABASE (a
+    SQLAlchemy URL: the sqlite file, or the PostgreSQL database behind the server)."""
+    query = (
+        "SELECT COUNT(*) FROM runs JOIN tags USING (run_uuid) WHERE tags.key = 'kind'"
+        " AND tags.value = 'trial' AND runs.end_time IS NOT NULL"
+    )
     try:
-        with closing(sqlite3.connect(uri.removeprefix("sqlite:///"), timeout=10)) as db:
-            query = (
-                "SELECT COUNT(*) FROM runs JOIN tags USING (run_uuid) WHERE tags.key = 'kind'"
-                " AND tags.value = 'trial' AND runs.end_time IS NOT NULL"
-            )
-            return db.execute(query).fetchone()[0]
-    except sqlite3.Error:  # not made yet
+        engine = sqlalchemy.create_engine(database, poolclass=sqlalchemy.pool.NullPool)
+        with engine.connect() as db:
+            return db.execute(sqlalchemy.text(query)).scalar_one()
+    except sqlalchemy.exc.SQLAlchemyError:  # not made yet
         return 0
 
 
@@ -617,16 +643,18 @@ def kill_ray(ray_dir: Path):
 
 @contextmanager
 def tracking_store(kind: str, work: Path):
-    """The MLflow store's URI: a sqlite file in WORK, or `mlflow server` on a fresh PostgreSQL
-    database (tests/lab_services.py), stopped and dropped afterwards."""
+    """The MLflow store's (URI, the SQLAlchemy URL of its database): a sqlite file in WORK,
+    or `mlflow server` on a fresh PostgreSQL database (tests/lab_services.py), stopped and
+    dropped afterwards."""
     if kind == "sqlite":
-        yield f"sqlite:///{work / 'mlflow.db'}"
+        uri = f"sqlite:///{work / 'mlflow.db'}"
+        yield uri, uri
         return
     sys.path.insert(0, str(ROOT / "tests"))
     from lab_services import mlflow_server, postgres_database
 
     with postgres_database() as database, mlflow_server(database, work) as url:
-        yield url
+        yield url, database
 
 
 @contextmanager
@@ -756,13 +784,14 @@ def records_lost(history: Path, taken: dict) -> int:
     return missing + int(frame.loc[frame["status"] == "running", "trial_id"].nunique())
 
 
-def settings_run_twice(history: Path) -> int:
-    """The trials of the history export (runs of its sweep) beyond one a setting: a setting is
-    its params, the seed's included."""
+def settings_run_twice(history: Path) -> list[list[str]]:
+    """The trials of the history export (runs of its sweep) that ran a setting another trial
+    ran too, a list of trial ids a setting: a setting is its params, the seed's included."""
     frame = pd.read_parquet(history)
     params = sorted(c for c in frame.columns if c.startswith("params."))
     trials = frame.drop_duplicates("trial_id")
-    return len(trials) - len(trials.drop_duplicates(params))
+    twice = trials[trials.duplicated(params, keep=False)]
+    return [sorted(group["trial_id"]) for _, group in twice.groupby(params, dropna=False)]
 
 
 def measure(args, trials: int) -> dict:
@@ -776,17 +805,19 @@ def measure(args, trials: int) -> dict:
             work.mkdir(parents=True)
         else:
             work = Path(services.enter_context(tempfile.TemporaryDirectory(prefix="scale-")))
-        uri = services.enter_context(tracking_store(args.store, work))
+        store = services.enter_context(tracking_store(args.store, work))
+        uri = store[0]
         root, reach, usage = services.enter_context(sweep_storage(args.storage, work))
-        env = {**os.environ, **reach}
-        driver = run_driver(args, trials, work, uri, root, env)
+        os.environ.update(reach)  # (a bucket's keys: this process reads Tune's state there too)
+        env = dict(os.environ)
+        driver = run_driver(args, trials, work, store, root, env)
         size, objects = usage()
         if args.plain_tune:  # no MLflow: no records, no results commands
             commands, lost = {}, 0
         else:
             commands = results_commands(work, uri, root, env)
             lost = records_lost(work / "history.parquet", driver["taken"])
-            doubled = settings_run_twice(work / "history.parquet")
+            twice = settings_run_twice(work / "history.parquet")
     summary, phases = driver["summary"], driver["phases"]
     epochs = sum(driver["taken"].values())
     return {
@@ -808,7 +839,11 @@ def measure(args, trials: int) -> dict:
         **{f"{name}_s": t["wall"] for name, t in commands.items()},
         **{f"{name}_cpu_s": t["cpu"] for name, t in commands.items() if "cpu" in t},
         **({"memory": driver["memory"]} if driver["memory"] else {}),
-        **({"doubled": doubled} if not args.plain_tune else {}),
+        **(
+            {"doubled": sum(len(t) - 1 for t in twice), "run_twice": twice}
+            if not args.plain_tune
+            else {}
+        ),
         **({"killed": driver["killed"]} if "killed" in driver else {}),
     }
 
@@ -1076,8 +1111,13 @@ def main():
         p.error("--plain-tune runs on --storage dir only")
     if args.plain_with and not args.plain_tune:
         p.error("--plain-with goes with --plain-tune")
-    if (args.kill_at or args.resume_kept) and (args.plain_tune or args.store != "sqlite"):
-        p.error("--kill-at and --resume-kept go with rhnsearch's driver on --store sqlite")
+    if args.kill_at and args.plain_tune:
+        p.error("--kill-at goes with rhnsearch's driver, not --plain-tune")
+    if args.resume_kept and (args.plain_tune or args.store != "sqlite" or args.storage != "dir"):
+        p.error(
+            "--resume-kept goes with rhnsearch's driver on --store sqlite --storage dir "
+            "(a kept PostgreSQL database or bucket is gone with its run's services)"
+        )
     if args.resume_kept and (args.kill_at or args.keep or len(args.trials) != 1):
         p.error("--resume-kept takes one --trials, the kept run's, and no --kill-at or --keep")
     if args.resume_kept and not kept_in_place(args.resume_kept):
