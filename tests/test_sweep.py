@@ -5,6 +5,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import secrets
 import shlex
 import sqlite3
@@ -101,6 +102,10 @@ def test_smoke_sweep_records_every_trial_in_mlflow(jsb_smoke):
     cells = {(r.data.params["arch"], r.data.params["depth"]) for r in runs}
     assert cells == {(a, d) for a in ("rhn", "dtrnn", "dtsrnn") for d in ("1", "2", "4", "6")}
     check_child_runs(client, runs, 24)
+    # 48 random bits a trial, not Tune's 32, which two trials of a 20,000-trial sweep share
+    # with a chance of 1 in 22 (ray_compat.longer_trial_ids)
+    trial_ids = {r.data.tags["trial_id"] for r in runs}
+    assert len(trial_ids) == 24 and all(re.fullmatch("[0-9a-f]{12}", t) for t in trial_ids)
     # the CPU each trained on: the same seed gives the same numbers on the same CPU only
     assert {r.data.tags["cpu"] for r in runs} == {cpu_name()} and "(" in cpu_name()
     statuses = [r.data.tags["status"] for r in runs]

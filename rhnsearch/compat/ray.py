@@ -5,8 +5,8 @@ search state (the folder it makes new trials in), the checkpoints Tune's manager
 names of a trial's checkpoint folders, the analysis Tune builds as it restores a Tuner, a
 restored Tuner's searcher, scheduler and callbacks, `ray.init`'s private node address and the
 logger of its token notice, its GCS client (asked whether a cluster refuses this client's
-token), Tune's default metric name, the statuses of a trial waiting to run and the logger of
-its result grid.
+token), Tune's default metric name, the statuses of a trial waiting to run, the logger of its
+result grid and how it draws a new trial's id.
 
 Each function first checks that the installed Ray is in SUPPORTED and raises a one-line
 UserError otherwise (a saved state read wrongly would resume a sweep wrongly). A state read
@@ -19,6 +19,7 @@ import logging
 import pickle
 import posixpath
 import re
+import uuid
 
 from . import require
 
@@ -28,6 +29,7 @@ EXPERIMENT_STATE_END = rb'"stats": \{"start_time": [-+.0-9eE]+\}\}'  # save_to_d
 SEARCH_STATE = r"search_gen_state-.*\.json"  # the search generator's and its wrappers'
 SEARCHER_STATE = r"searcher-state-.*\.pkl"  # the searcher's own `save`
 CHECKPOINT = r"checkpoint_\d{6}"  # a trial's checkpoint folder, numbered from 0
+TRIAL_ID_DIGITS = 12  # hex digits of a new trial's id (Tune's own: 8)
 
 
 def _check(what: str):
@@ -329,6 +331,20 @@ def waiting_statuses() -> tuple[str, str]:
     from ray.tune.experiment import Trial
 
     return Trial.PENDING, Trial.PAUSED
+
+
+def longer_trial_ids():
+    """Have Tune draw each new trial's id from 48 random bits (12 hex digits), not its 32
+    (`Trial.generate_id`, which takes what it draws). Two trials of a 20,000-trial sweep
+    share 32 bits with a chance of 1 in 22 (1 in 86 at 10,000): the second then crashes the
+    driver if the first is running, and if it has ended, its records go to the first one's
+    MLflow run and it is lost to the sweep (and Tune's saved state keeps one of the two, so
+    that a resume runs one setting twice). At 48 bits the chance is 1 in 1.4 million at
+    20,000 trials. A trial keeps its id: an earlier one's, of 8 digits, too."""
+    _check("how Tune draws a new trial's id")
+    from ray.tune.experiment import Trial
+
+    Trial.generate_id = classmethod(lambda cls: uuid.uuid4().hex[:TRIAL_ID_DIGITS])
 
 
 def quiet_result_grid():

@@ -423,6 +423,7 @@ def finish(tuner, record: SweepRecord, on_start: OnStart | None = None) -> dict:
     wait = drain_seconds()
     start = time.monotonic()
     ray_compat.quiet_result_grid()  # Tune's file loggers are off (start_ray)
+    ray_compat.longer_trial_ids()
     if on_start:
         on_start(record)
     results = tuner.fit()
