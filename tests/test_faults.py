@@ -859,6 +859,10 @@ def test_driver_killed_while_mlflow_is_down_loses_no_record(mlflow_srv, tmp_path
     }
     assert kept and kept <= sent
     assert not journal.exists()
+    # MLflow's client printed no links as the resume ended each run on the server (nor read
+    # each run back for them: uris.server_settings); what it prints goes to the driver.log
+    log = (journal.parent / "driver.log").read_text()
+    assert "View run" not in log + proc.stdout + proc.stderr
 
 
 def test_a_resumed_tag_the_server_drops_is_one_warning_and_the_resume_goes_on(

@@ -16,19 +16,26 @@ DEFAULT_STORE = "results/mlflow.db"
 def resolve_tracking_uri(uri: str | None) -> str:
     """The user's URI, else $MLFLOW_TRACKING_URI, else the sqlite store under results/;
     relative sqlite paths are made absolute so that every process of the sweep writes to the
-    same file. Nothing is created (`open_store` makes a sqlite store's folder).
-
-    MLflow's client retries a request that timed out, POSTs included, so one that reached the
-    server could create a second run: its retries are off here (unless the environment sets
-    MLFLOW_HTTP_REQUEST_MAX_RETRIES) and the sweep's sender retries records it can tell apart.
-    """
+    same file. Nothing is created (`open_store` makes a sqlite store's folder)."""
     uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{DEFAULT_STORE}"
     path = sqlite_path(uri)
     if path is not None and not path.is_absolute():
         uri = f"sqlite:///{path.resolve()}"
+    server_settings(uri)
+    return uri
+
+
+def server_settings(uri: str):
+    """MLflow's client set for a server's URI, where the environment does not set otherwise:
+    - no retries: the client retries a request that timed out, POSTs included, so one that
+      reached the server could create a second run; the sweep's sender retries the records
+      it can tell apart;
+    - no links printed: each time the client ends a run on a server it reads the whole run
+      back and prints two lines of links (40,000 lines and 20,000 requests a 20,000-trial
+      sweep)."""
     if is_server(uri):
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    return uri
+        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
 
 
 def is_server(uri: str) -> bool:
@@ -73,7 +80,9 @@ def artifact_root(uri: str, experiment: str) -> str | None:
 def check_store(uri: str):
     """Fail early, in one line, if the tracking store cannot be reached, refuses the login or
     cannot be read. A server's credentials come from MLflow's variables, never the URI (the
-    URI is recorded with the sweep)."""
+    URI is recorded with the sweep). A resumed sweep's URI comes here unresolved: the
+    client is set for a server here too (`server_settings`)."""
+    server_settings(uri)
     url = urlparse(uri)
     if url.scheme in ("http", "https") and (url.username or url.password):
         raise UserError(
