@@ -77,6 +77,7 @@ import json
 import logging
 import math
 import os
+import re
 import resource
 import shutil
 import signal
@@ -585,9 +586,10 @@ def driven(args, trials, work, uri, root, env, *options, until=None) -> dict:
                 time.sleep(1)
             if until and proc.poll() is None:
                 times = psutil.Process(proc.pid).cpu_times()  # its own, not its Ray's
+                peak = high_water_mb(proc.pid)
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
-                return {"cpu_s": times.user + times.system}
+                return {"cpu_s": times.user + times.system, "peak_rss_mb": peak}
             code = proc.wait()
     finally:
         kill_ray(ray_dir)
@@ -598,6 +600,12 @@ def driven(args, trials, work, uri, root, env, *options, until=None) -> dict:
             f"(WORK/driver.log):\n{(work / 'driver.log').read_text()[-3000:]}"
         )
     return json.loads(result.read_text())
+
+
+def high_water_mb(pid: int) -> float:
+    """The peak RSS of the process PID so far (the kernel's VmHWM), in MB."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"VmHWM:\s+(\d+) kB", status)[1]) / 1024
 
 
 def ended_trials(database: str) -> int:
@@ -985,11 +993,17 @@ TABLE = [  # (heading, the value of a size's row and its run's options)
     ("epochs, ms", lambda s, run: f"{run['epochs']}, {run['epoch_ms']:g}"),
     ("killed at", lambda s, run: f"{s['killed']['trials_ended']:,}" if "killed" in s else ""),
     ("driver CPU ms a trial-epoch", lambda s, run: f"{s['driver_cpu_ms_per_trial_epoch']:.1f}"),
-    ("peak RSS MB", lambda s, run: f"{s['driver_peak_rss_mb']:,.0f}"),
+    ("peak RSS MB", lambda s, run: f"{peak_rss(s):,.0f}"),
     ("report, export, table s", lambda s, run: results_seconds(s)),
     ("resume's first trial s", lambda s, run: first_trial(s)),
     ("lost, run twice", lambda s, run: f"{s['mlflow_records_lost']}, {s.get('doubled', '-')}"),
 ]
+
+
+def peak_rss(size: dict) -> float:
+    """The driver's peak RSS: of the killed driver and its resume, the larger (a run that
+    recorded the killed one's)."""
+    return max(size["driver_peak_rss_mb"], size.get("killed", {}).get("peak_rss_mb", 0))
 
 
 def results_seconds(size: dict) -> str:
@@ -1156,7 +1170,10 @@ def main():
             )
             if "killed" in rows[-1]:
                 killed = rows[-1]["killed"]
-                after = f" ({killed['after_s']:.0f} s)" if "after_s" in killed else ""
+                notes = [f"{killed['after_s']:.0f} s"] * ("after_s" in killed) + [
+                    f"its peak RSS {killed['peak_rss_mb']:,.0f} MB"
+                ] * ("peak_rss_mb" in killed)
+                after = f" ({', '.join(notes)})" if notes else ""
                 first = killed["first_trial_s"]
                 print(
                     f"  killed once {killed['trials_ended']} trials had ended{after}; "

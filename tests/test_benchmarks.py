@@ -241,6 +241,29 @@ def test_scale_smoke(tmp_path):
     assert len(lines(proc, rf"\s+12\s+{size['trial_epochs']}\s+{NUMBER}\s+.*")) == 1
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
+@pytest.mark.services
+def test_scale_kill_and_resume_smoke(tmp_path):
+    """24 simulated trials, the driver SIGKILLed once 4 have ended and the sweep resumed: the
+    row counts both drivers' trial-epochs (those that ended before the kill are read from
+    Tune's state, which the resume takes them out of), nothing lost or run twice."""
+    proc = bench(
+        "scale.py",
+        *("--trials", 24, "--slots", 2, "--epochs", 3, "--epoch-ms", 1, "--kill-at", 4),
+        tmp_path=tmp_path,
+        timeout=600,
+    )
+    (size,) = last_json(proc)["sizes"]
+    assert size["trials"] == 24 and size["mlflow_records_lost"] == 0
+    assert size["doubled"] == 0 and size["run_twice"] == []
+    assert 24 <= size["trial_epochs"] <= 24 * 3
+    killed = size["killed"]
+    assert killed["trials_ended"] >= 4 and finite(killed["cpu_s"], killed["peak_rss_mb"])
+    assert killed["peak_rss_mb"] > 100  # a driver with Ray, Tune and MLflow imported
+    assert len(lines(proc, r"  killed once \d+ trials had ended \(\d+ s, its peak RSS .*")) == 1
+
+
 def test_the_docs_table_of_scale_runs_is_what_their_files_say(tmp_path):
     """docs/scale.md's table of rows is `scale.py --table` of the files its comment names:
     a number in it that no run gave, or a run whose file changed, fails here."""
