@@ -760,27 +760,42 @@ def results_commands(work: Path, uri: str, root: str, env: dict) -> dict:
         "table": timed(["results", "table", *store], work, env),
     }
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser:
-        seconds["open"] = {"wall": opened(browser, work / "report.html")}
+    if browser and (seconds_open := opened(browser, work / "report.html")) is not None:
+        seconds["open"] = {"wall": seconds_open}
     return seconds
 
 
-def opened(browser: str, page: Path) -> float:
+def opened(browser: str, page: Path, tries: int = 3) -> float | None:
     """The wall seconds headless Chromium takes to load PAGE and lay it out (its DOM dumped
-    after the load event), less those of an empty page (the browser's own start)."""
+    after the load event), less those of an empty page (the browser's own start); None, with
+    a line on stderr, where the browser died at each of TRIES starts (a busy machine's
+    Chromium aborts now and then: seen once in CI)."""
 
-    def load(url: str) -> float:
-        with tempfile.TemporaryDirectory() as profile:
-            start = time.monotonic()
-            subprocess.run(
-                [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                 f"--user-data-dir={profile}", "--window-size=1280,1000", "--dump-dom", url],
-                capture_output=True, check=True, timeout=300,
-            )  # fmt: skip
-            return time.monotonic() - start
+    def load(url: str) -> float | None:
+        for _ in range(tries):
+            with tempfile.TemporaryDirectory() as profile:
+                start = time.monotonic()
+                proc = subprocess.run(
+                    [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                     "--disable-background-networking", "--disable-component-update",
+                     "--disable-sync", "--disable-dev-shm-usage", f"--user-data-dir={profile}",
+                     "--window-size=1280,1000", "--dump-dom", url],
+                    capture_output=True, timeout=300,
+                )  # fmt: skip
+                if proc.returncode == 0:
+                    return time.monotonic() - start
+        why = f"exit {proc.returncode}"
+        print(
+            f"headless Chromium died at {tries} starts on {url} ({why}): no open time",
+            file=sys.stderr,
+        )
+        return None
 
-    blank = min(load("about:blank") for _ in range(2))
-    return max(0.0, min(load(page.as_uri()) for _ in range(2)) - blank)
+    blank = [load("about:blank") for _ in range(2)]
+    full = [load(page.as_uri()) for _ in range(2)] if None not in blank else [None]
+    if None in full:
+        return None
+    return max(0.0, min(full) - min(blank))
 
 
 def records_lost(history: Path, taken: dict) -> int:
