@@ -650,10 +650,10 @@ def kill_ray(ray_dir: Path):
 
 
 @contextmanager
-def tracking_store(kind: str, work: Path):
+def tracking_store(kind: str, work: Path, workers: int):
     """The MLflow store's (URI, the SQLAlchemy URL of its database): a sqlite file in WORK,
-    or `mlflow server` on a fresh PostgreSQL database (tests/lab_services.py), stopped and
-    dropped afterwards."""
+    or `mlflow server` of WORKERS processes on a fresh PostgreSQL database
+    (tests/lab_services.py), stopped and dropped afterwards."""
     if kind == "sqlite":
         uri = f"sqlite:///{work / 'mlflow.db'}"
         yield uri, uri
@@ -661,7 +661,7 @@ def tracking_store(kind: str, work: Path):
     sys.path.insert(0, str(ROOT / "tests"))
     from lab_services import mlflow_server, postgres_database
 
-    with postgres_database() as database, mlflow_server(database, work) as url:
+    with postgres_database() as database, mlflow_server(database, work, workers=workers) as url:
         yield url, database
 
 
@@ -828,7 +828,7 @@ def measure(args, trials: int) -> dict:
             work.mkdir(parents=True)
         else:
             work = Path(services.enter_context(tempfile.TemporaryDirectory(prefix="scale-")))
-        store = services.enter_context(tracking_store(args.store, work))
+        store = services.enter_context(tracking_store(args.store, work, args.server_workers))
         uri = store[0]
         root, reach, usage = services.enter_context(sweep_storage(args.storage, work))
         os.environ.update(reach)  # (a bucket's keys: this process reads Tune's state there too)
@@ -1000,9 +1000,17 @@ def measure_restore(sizes: list[int]):
 
 
 # -- --table: docs/scale.md's table of the rows kept in docs/scale/ ------------------------------
+def store_name(run: dict) -> str:
+    """RUN's store, a server's workers named (runs before `--server-workers` had one)."""
+    if run["store"] == "sqlite":
+        return "sqlite"
+    workers = run.get("server_workers", 1)
+    return f"{run['store']}, {workers} server worker{'s' * (workers > 1)}"
+
+
 TABLE = [  # (heading, the value of a size's row and its run's options)
     ("trials", lambda s, run: f"{s['trials']:,}"),
-    ("store", lambda s, run: run["store"]),
+    ("store", lambda s, run: store_name(run)),
     ("storage", lambda s, run: run["storage"]),
     ("search", lambda s, run: run["search"] + " (--fill)" * bool(run.get("fill"))),
     ("epochs, ms", lambda s, run: f"{run['epochs']}, {run['epoch_ms']:g}"),
@@ -1065,6 +1073,12 @@ def main():
         help="the sweep's: ASHA within each cell (the preset's) or Tune's own across all trials",
     )
     p.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
+    p.add_argument(
+        "--server-workers",
+        type=int,
+        default=4,
+        help="the PostgreSQL store's `mlflow server --workers` (4: jobs/README.md's lab server)",
+    )
     p.add_argument("--storage", choices=["dir", "bucket"], default="dir")
     p.add_argument("--slots", type=int, default=64, help="Ray's logical CPUs: trials at once")
     p.add_argument("--epochs", type=int, default=40, help="epochs a trial at most")
@@ -1166,7 +1180,8 @@ def main():
         print(
             "plain Tune (not rhnsearch's driver: Tune's random search and ASHA, no MLflow), "
             * args.plain_tune
-            + f"{args.search} search, {args.scheduler} scheduler, {args.store} store, "
+            + f"{args.search} search, {args.scheduler} scheduler, "
+            f"{store_name({'store': args.store, 'server_workers': args.server_workers})} store, "
             f"storage in a {args.storage}, "
             f"{args.slots} slots, {args.epochs} epochs at most, {args.epoch_ms:g} ms an epoch, "
             f"curves {curves}",
@@ -1217,6 +1232,7 @@ def main():
                 "search": args.search,
                 "scheduler": args.scheduler,
                 "store": args.store,
+                **({"server_workers": args.server_workers} if args.store == "postgres" else {}),
                 "storage": args.storage,
                 "slots": args.slots,
                 "epochs": args.epochs,

@@ -94,6 +94,9 @@ def postgres_database():
         psql(port, f"DROP ROLE IF EXISTS {name}")
 
 
+LAB_WORKERS = 4  # the lab's server in jobs/README.md: MLflow's default, listings side by side
+
+
 @contextmanager
 def mlflow_server(
     backend_uri: str,
@@ -102,8 +105,9 @@ def mlflow_server(
     artifacts: str | None = None,
     env: dict | None = None,
     login: bool = False,
+    workers: int = 1,
 ):
-    """`mlflow server` on BACKEND_URI (one worker, on a free loopback port, artifacts proxied
+    """`mlflow server` on BACKEND_URI (WORKERS processes, on a free loopback port, artifacts proxied
     to ARTIFACTS, by default WORKDIR/artifacts, its log in WORKDIR/mlflow-server.log, with
     ENV added to its environment; with LOGIN, behind MLflow's basic-auth app, whose admin is
     named in ENV and whose users are kept in WORKDIR): yields its URL once /health answers;
@@ -126,7 +130,7 @@ def mlflow_server(
             "--port",
             str(port),
             "--workers",
-            "1",
+            str(workers),
             *(["--app-name", "basic-auth"] if login else []),
         ],
         stdout=log,

@@ -14,8 +14,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 from test_report import Page
 
-from conftest import JSB_SPACE, json_summary, rhnsearch_cli, rhnsearch_main
-from lab_services import mlflow_server, postgres_database
+from conftest import JSB_SPACE, ROOT, json_summary, rhnsearch_cli, rhnsearch_main
+from lab_services import LAB_WORKERS, mlflow_server, postgres_database
 
 
 @pytest.mark.cluster
@@ -38,7 +38,12 @@ def test_sweep_through_a_postgresql_server_with_a_login_and_a_bucket(
     with (
         postgres_database() as database,
         mlflow_server(
-            database, server_dir, artifacts=f"s3://{bucket}/artifacts", env=server_env, login=True
+            database,
+            server_dir,
+            artifacts=f"s3://{bucket}/artifacts",
+            env=server_env,
+            login=True,
+            workers=LAB_WORKERS,
         ) as url,
     ):
         run = [
@@ -173,3 +178,12 @@ def test_sweep_through_a_postgresql_server_with_a_login_and_a_bucket(
         ]
         assert not [text[:200] for text in recorded if password in text]
     assert not list(fresh.rglob("mlflow.db")), "a local store was made"
+
+
+def test_the_lab_server_is_started_as_jobs_readme_says():
+    """The test above starts the lab's server with the workers jobs/README.md tells a lab."""
+    readme = (ROOT / "jobs" / "README.md").read_text()
+    assert (
+        f"mlflow server --app-name basic-auth --host 127.0.0.1 --port 5000 --workers {LAB_WORKERS} "
+        in readme
+    )

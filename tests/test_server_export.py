@@ -147,8 +147,9 @@ def test_server_runs_read_as_json_are_mlflow_clients_runs(stores):
     )
     read = runs.matching(stores["server"], client, experiment, {"mlflow.parentRunId": None})
     assert [repr(r) for r in read] == expected
-    paged = runs.server_runs(stores["server"], experiment, query, page=7)
-    assert [repr(r) for r in paged] == expected
+    for parts in (1, 3, 40):
+        paged = runs.server_runs(stores["server"], experiment, query, page=7, parts=parts)
+        assert [repr(r) for r in paged] == expected, parts
 
 
 def test_history_longer_than_a_bulk_call_is_read_whole(stores):
