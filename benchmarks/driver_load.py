@@ -19,6 +19,14 @@ journaled but not yet in MLflow) and the seconds MLflow needed after the last re
 line: JSON.
 
     python benchmarks/driver_load.py [--trials 50] [--interval 0.5] [--reports 40]
+
+`--backlog TRIALS` instead times the sender's drain of a backlog (what a driver whose server
+fell behind leaves in its journal): TRIALS trials' records of --reports epochs each, sent with
+one trial's requests in flight and with `sender.SERVER_THREADS`, twice each, alternating, into
+one `mlflow server` of `lab_services.LAB_WORKERS` workers; runs a second and the ratio, and
+what MLflow holds afterwards (every run ended, every epoch there).
+
+    python benchmarks/driver_load.py --backlog 200 --reports 10
 """
 
 import argparse
@@ -213,15 +221,109 @@ def recorded(database: str, experiment: str) -> dict:
     }
 
 
+def journaled(journal, trials: int, epochs: int):
+    """Append the records the MLflow callback journals for TRIALS trials of EPOCHS epochs:
+    a start (name, params), an epoch's metrics and placement tags, and an end."""
+    from rhnsearch.tracking.journal import Record
+
+    now = int(time.time() * 1000)
+    for t in range(trials):
+        trial_id = f"{t:012x}"
+        setting = {"arch": "rhn", "depth": 2, "width": 100, "seed": t, "lr": 0.01, "epochs": epochs}
+        params = [[k, str(v)] for k, v in setting.items()]
+        journal.append(Record(trial_id, name=f"rhn-d2-{trial_id}", params=params))
+        for epoch in range(1, epochs + 1):
+            loss = 10 / epoch
+            values = {"train_loss": loss, "valid_loss": loss, "best_valid_loss": loss, "lr": 0.01}
+            values.update(grad_norm=1.0, epoch_seconds=1.0, n_params=1000, epoch=epoch)
+            tags = [["device", "cpu"], ["node_id", "bench"]] if epoch == 1 else []
+            metrics = [[k, float(v), now, epoch] for k, v in values.items()]
+            journal.append(Record(trial_id, metrics=metrics, tags=tags))
+        journal.append(
+            Record(trial_id, end="FINISHED", end_time=now, tags=[["status", "completed"]])
+        )
+
+
+def drain_backlog(url: str, trials: int, epochs: int, threads: int, work: Path) -> dict:
+    """Seconds for a Sender with THREADS trials in flight to put a journaled backlog of TRIALS
+    trials into MLflow at URL (a fresh experiment), and the runs and epochs MLflow then holds."""
+    from mlflow.tracking import MlflowClient
+
+    from rhnsearch.files.layout import SweepPaths
+    from rhnsearch.files.parent_run import ParentRun
+    from rhnsearch.tracking import sender as senders
+    from rhnsearch.tracking.journal import Journal
+    from rhnsearch.tracking.uris import get_experiment, server_settings
+
+    server_settings(url)  # MLflow's client quiet, as a sweep's
+    client = MlflowClient(url)
+    name = f"backlog-{threads}-{time.monotonic_ns()}"
+    experiment_id = get_experiment(client, url, name)
+    parent = client.create_run(experiment_id, run_name=name, tags={"sweep": name})
+    folder = work / name
+    journal = Journal(folder)
+    journaled(journal, trials, epochs)
+    senders.SERVER_THREADS = threads  # (read as a Sender starts)
+    run = ParentRun(url, experiment_id, parent.info.run_id, SweepPaths(str(work), name))
+    start, cpu = time.monotonic(), cpu_seconds()
+    sender = senders.Sender(run, journal)
+    assert sender.drain(timeout=60), "MLflow stopped answering"
+    seconds, cpu = time.monotonic() - start, cpu_seconds() - cpu
+    runs = client.search_runs([experiment_id], "tags.kind = 'trial'", max_results=50000)
+    return {
+        "threads": threads,
+        "seconds": seconds,
+        "runs_per_s": trials / seconds,
+        "sender_cpu_s": cpu,
+        "runs": len(runs),
+        "ended": sum(r.info.status == "FINISHED" for r in runs),
+        "epochs": sum(int(r.data.metrics.get("epoch", 0)) for r in runs),
+    }
+
+
+def backlog(args):
+    """--backlog: the drain with one trial in flight and with SERVER_THREADS, alternating."""
+    from rhnsearch.tracking.sender import SERVER_THREADS
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from lab_services import LAB_WORKERS, mlflow_server, postgres_database
+
+    rows = []
+    with postgres_database() as database, tempfile.TemporaryDirectory() as work:
+        with mlflow_server(database, Path(work), workers=LAB_WORKERS) as url:
+            for threads in (1, SERVER_THREADS) * 2:
+                rows.append(drain_backlog(url, args.backlog, args.reports, threads, Path(work)))
+                row = rows[-1]
+                held = f"{row['runs']} runs, {row['ended']} ended, {row['epochs']} epochs"
+                print(
+                    f"  {threads} in flight: {row['seconds']:6.1f} s, "
+                    f"{row['runs_per_s']:5.1f} runs/s, the sender's CPU "
+                    f"{row['sender_cpu_s']:5.1f} s; MLflow holds {held}",
+                    flush=True,
+                )
+    best = {t: min(r["seconds"] for r in rows if r["threads"] == t) for t in (1, SERVER_THREADS)}
+    ratio = best[1] / best[SERVER_THREADS]
+    print(
+        f"{args.backlog} trials of {args.reports} epochs through a server of {LAB_WORKERS} "
+        f"workers: {SERVER_THREADS} in flight drain {ratio:.2f}x as fast as one (best of two)"
+    )
+    result = {"backlog": args.backlog, "epochs": args.reports, "server_workers": LAB_WORKERS}
+    print(json.dumps({**result, "rows": rows, "speedup": ratio}))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trials", type=int, default=50)
     p.add_argument("--interval", type=float, default=0.5, help="seconds between reports")
     p.add_argument("--reports", type=int, default=40, help="reports per trial")
+    p.add_argument("--backlog", type=int, help="time the sender's drain of this many trials")
     p.add_argument("--side", choices=["rhnsearch", "plain"], help=argparse.SUPPRESS)
     p.add_argument("--url", help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.backlog:
+        backlog(args)
+        return
     if args.side:  # a driver, in a process of its own
         with tempfile.TemporaryDirectory() as work:
             run = run_rhnsearch if args.side == "rhnsearch" else run_plain

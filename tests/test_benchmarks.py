@@ -352,3 +352,25 @@ def test_driver_load_smoke(tmp_path):
     ratio = result["cpu_per_result_rhnsearch_over_plain"]
     assert finite(ratio) and ratio > 0
     assert [m[1] for m in lines(proc, r"\s+(rhnsearch|plain)\s+.*\s+0")] == ["rhnsearch", "plain"]
+
+
+@pytest.mark.services
+def test_driver_load_backlog_smoke(tmp_path):
+    """A journaled backlog of 9 trials of 2 epochs drained through a 4-worker server, one
+    trial at a time and four at once: every run in MLflow, ended, with every epoch."""
+    needs_postgres()
+    proc = bench("driver_load.py", "--backlog", 9, "--reports", 2, tmp_path=tmp_path, timeout=300)
+    result = last_json(proc)
+    assert [row["threads"] for row in result["rows"]] == [1, 4, 1, 4]
+    for row in result["rows"]:
+        assert (row["runs"], row["ended"], row["epochs"]) == (9, 9, 18)
+        assert finite(row["seconds"], row["sender_cpu_s"])
+    assert finite(result["speedup"]) and result["speedup"] > 0
+    assert (
+        len(
+            lines(
+                proc, rf"\s+[14] in flight: +{NUMBER} s, .* MLflow holds 9 runs, 9 ended, 18 epochs"
+            )
+        )
+        == 4
+    )
