@@ -1005,7 +1005,7 @@ def store_name(run: dict) -> str:
     if run["store"] == "sqlite":
         return "sqlite"
     workers = run.get("server_workers", 1)
-    return f"{run['store']}, {workers} server worker{'s' * (workers > 1)}"
+    return f"{run['store']} ({workers} server worker{'s' * (workers > 1)})"
 
 
 TABLE = [  # (heading, the value of a size's row and its run's options)
