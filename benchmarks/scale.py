@@ -769,30 +769,32 @@ def opened(browser: str, page: Path, tries: int = 3) -> float | None:
     """The wall seconds headless Chromium takes to load PAGE and lay it out (its DOM dumped
     after the load event), less those of an empty page (the browser's own start); None, with
     a line on stderr, where the browser died at each of TRIES starts (a busy machine's
-    Chromium aborts now and then: seen once in CI)."""
+    Chromium aborts now and then: seen once in CI). Started as the browser tests start it."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from tiers import HEADLESS_CHROMIUM
 
     def load(url: str) -> float | None:
         for _ in range(tries):
             with tempfile.TemporaryDirectory() as profile:
                 start = time.monotonic()
                 proc = subprocess.run(
-                    [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                     "--disable-background-networking", "--disable-component-update",
-                     "--disable-sync", "--disable-dev-shm-usage", f"--user-data-dir={profile}",
+                    [browser, *HEADLESS_CHROMIUM, f"--user-data-dir={profile}",
                      "--window-size=1280,1000", "--dump-dom", url],
                     capture_output=True, timeout=300,
                 )  # fmt: skip
                 if proc.returncode == 0:
                     return time.monotonic() - start
-        why = f"exit {proc.returncode}"
         print(
-            f"headless Chromium died at {tries} starts on {url} ({why}): no open time",
+            f"headless Chromium died at {tries} starts on {url} (exit {proc.returncode}): "
+            "no open time",
             file=sys.stderr,
         )
         return None
 
     blank = [load("about:blank") for _ in range(2)]
-    full = [load(page.as_uri()) for _ in range(2)] if None not in blank else [None]
+    if None in blank:
+        return None
+    full = [load(page.as_uri()) for _ in range(2)]
     if None in full:
         return None
     return max(0.0, min(full) - min(blank))

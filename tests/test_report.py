@@ -20,6 +20,7 @@ import optuna
 import pytest
 from PIL import Image
 
+import tiers
 from conftest import OWN_CELL, ROOT, SmokeSweep, rhnsearch_cli, rhnsearch_main
 
 ARTIFACTS = Path(os.environ.get("RHNSEARCH_TEST_ARTIFACTS", ROOT / "results" / "test-artifacts"))
@@ -599,14 +600,7 @@ def chromium(browser: str, *args, url: str) -> subprocess.CompletedProcess:
         return subprocess.run(
             [
                 browser,
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--disable-dev-shm-usage",
+                *tiers.HEADLESS_CHROMIUM,
                 "--hide-scrollbars",
                 "--force-device-scale-factor=1",
                 f"--user-data-dir={profile}",

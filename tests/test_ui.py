@@ -100,15 +100,8 @@ def page_text(browser: str, url: str, screenshot: str, *expected: str) -> str:
             proc = subprocess.run(
                 [
                     browser,
-                    "--headless",
-                    "--no-sandbox",
-                    "--disable-gpu",
+                    *tiers.HEADLESS_CHROMIUM,
                     "--disable-quic",
-                    "--no-first-run",
-                    "--disable-background-networking",
-                    "--disable-component-update",
-                    "--disable-sync",
-                    "--disable-dev-shm-usage",
                     f"--user-data-dir={profile}",
                     "--window-size=1600,1000",
                     "--virtual-time-budget=15000",

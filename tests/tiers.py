@@ -47,6 +47,18 @@ def missing(what: str, install: str):
     pytest.skip(message)
 
 
+HEADLESS_CHROMIUM = (  # how the browser tests and benchmarks/scale.py start it
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+)
+
+
 def chromium() -> str:
     """Debian's headless Chromium, for the browser tests."""
     needs("services", "starts a browser")
