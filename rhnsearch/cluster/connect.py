@@ -14,6 +14,7 @@ from ray.exceptions import AuthenticationError
 
 from ..compat import ray as ray_compat
 from ..errors import UserError, first_line
+from . import worker_start
 from .malloc import limit_malloc_arenas
 
 ALLOW_CPU_FALLBACK = "RHNSEARCH_ALLOW_CPU_FALLBACK"  # =1: a GPU trial may train on the CPU
@@ -44,9 +45,11 @@ def check_address(address: str):
         ) from None
 
 
-def start_ray(address: str | None, modules: list[str] = ()):
+def start_ray(address: str | None, modules: list[str] = (), preload: list[str] = ()):
     """A local Ray started here by default; with an address, join that cluster. MODULES
-    (files or package folders: cells of one's own) are shipped to every worker. The driver's
+    (files or package folders: cells of one's own) are shipped to every worker; each worker
+    imports PRELOAD (module names) as it starts, a few workers a node at a time
+    (worker_start.py). The driver's
     malloc arenas and Tune's settings for a sweep's driver are set even where Ray is already
     up (its threads made then keep their arenas)."""
     limit_malloc_arenas()
@@ -65,6 +68,9 @@ def start_ray(address: str | None, modules: list[str] = ()):
     # The driver's opt-out goes to its trials' workers (see trainable.assigned_gpus).
     env = {k: os.environ[k] for k in (ALLOW_CPU_FALLBACK,) if k in os.environ}
     runtime_env = {"env_vars": env} if env else {}
+    if preload:
+        warm = worker_start.runtime_env(preload)
+        runtime_env = {**warm, "env_vars": {**env, **warm["env_vars"]}}
     if modules and os.environ.get(CELLS_SHIPPED_ENV) != "1":
         runtime_env["py_modules"] = list(modules)
     runtime_env = runtime_env or None

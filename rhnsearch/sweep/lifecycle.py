@@ -46,10 +46,15 @@ from .close import close_sweep
 from .confirm import confirmation
 from .ended_index import keep_live_trials
 from .record import Confirmation, SweepRecord, read_record, write_record
+from .trainable import run_trial
 from .tuner import build_scheduler as build_scheduler  # imported from here by tests/
 from .tuner import build_tuner, restored_round
 
 log = logging.getLogger(__name__)
+
+# What each trial's worker imports as it starts, a few workers a node at a time
+# (cluster/worker_start.py): torch, Tune and the trainable.
+WORKER_IMPORTS = [run_trial.__module__]
 
 OnStart = Callable[[SweepRecord], None]  # called with a sweep's record as its trials start
 
@@ -117,7 +122,8 @@ def run_sweep(
             f"sweep {name} already exists in {paths.sweep}: resume it with "
             f"`rhnsearch sweep resume {name}` or pick another --name"
         )
-    start_ray(address, space.cell_modules)  # an unreachable or refusing cluster fails here
+    # an unreachable or refusing cluster fails here
+    start_ray(address, space.cell_modules, WORKER_IMPORTS)
     if address:
         check_gpus(space.resources.gpu, local=False)
     record = recorded_sweep(draft, experiment or space.study)
@@ -224,12 +230,12 @@ def resume_sweep(
     filesystem, path = storage.split(round_dir)
     space = record.space
     if not tune.Tuner.can_restore(path, storage_filesystem=filesystem):
-        start_ray(address, space.cell_modules)
+        start_ray(address, space.cell_modules, WORKER_IMPORTS)
         return finish(build_tuner(space, record), record, on_start)
     read_moved_modules()
     state = check_saved_state(round_dir)
     storage.remove_leftovers(round_dir)
-    start_ray(address, space.cell_modules)
+    start_ray(address, space.cell_modules, WORKER_IMPORTS)
     repair_checkpoint_names(round_dir, state)
     align_search_states(round_dir, state)
     move_search_state(round_dir)
@@ -314,7 +320,7 @@ def extend_sweep(
     client, parent = finished_parent(record, "extend")
     check_going_on(record, "extend")
     extended = Space.model_validate({**space.model_dump(), "samples": samples, "seeds": seeds})
-    start_ray(address, extended.cell_modules)
+    start_ray(address, extended.cell_modules, WORKER_IMPORTS)
     added = extended.num_trials - space.num_trials  # the trials before: those of any confirm too
     record = record.extended(extended, record.trials + added)
     write_record(record)
@@ -364,7 +370,7 @@ def confirm_sweep(
         name, top=top, seeds=seeds, address=address, storage_path=storage_path
     )
     space = record.space
-    start_ray(address, space.cell_modules)
+    start_ray(address, space.cell_modules, WORKER_IMPORTS)
     record = record.confirmed(confirm)
     write_record(record)
     client.update_run(record.parent_run_id, status="RUNNING")

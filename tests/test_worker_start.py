@@ -1,0 +1,92 @@
+"""A sweep's workers import the trainable in turns, a core a turn (cluster/worker_start.py):
+at most TURNS processes of a node hold one at once, a failing import is left to the trial,
+and a Ray that start_ray started runs the hook in each worker."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from rhnsearch.cluster.worker_start import PRELOAD_ENV, node_turn, preload
+
+HOLD = """
+import sys, time
+from rhnsearch.cluster.worker_start import node_turn
+with node_turn(turns={turns}, folder={folder!r}):
+    print("held", flush=True)
+    time.sleep({seconds})
+    print(time.time(), flush=True)
+"""
+
+
+def holder(folder, turns: int, seconds: float) -> subprocess.Popen:
+    """A process that holds one of FOLDER's TURNS for SECONDS, once it has printed "held"; it
+    prints the time it gave the turn back."""
+    code = HOLD.format(turns=turns, folder=str(folder), seconds=seconds)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "held\n"
+    return proc
+
+
+def test_a_process_waits_for_a_turn_until_one_is_given_back(tmp_path):
+    first = holder(tmp_path, 1, 1.5)
+    with node_turn(turns=1, folder=tmp_path):
+        entered = time.time()
+    given_back = float(first.stdout.readline())
+    assert first.wait() == 0
+    assert entered >= given_back
+
+
+def test_as_many_processes_as_turns_hold_one_at_once(tmp_path):
+    holders = [holder(tmp_path, 2, 1.5) for _ in range(2)]  # both "held": neither waited
+    start = time.time()
+    with node_turn(turns=3, folder=tmp_path):
+        waited = time.time() - start
+    given_back = min(float(h.stdout.readline()) for h in holders)
+    assert [h.wait() for h in holders] == [0, 0]
+    assert waited < 1.0 < given_back - start  # the third turn was free
+
+
+def test_preload_imports_what_it_can_and_leaves_a_failing_import_to_the_trial(tmp_path):
+    code = textwrap.dedent(
+        """
+        import sys
+        from rhnsearch.cluster.worker_start import preload
+        preload()
+        print(*(name in sys.modules for name in ("no_such_module_here", "colorsys", "wave")))
+        """
+    )
+    env = {PRELOAD_ENV: "colorsys,no_such_module_here,wave", "TMPDIR": str(tmp_path)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "True", "True"]
+
+
+def test_preload_without_modules_does_nothing(monkeypatch):
+    monkeypatch.delenv(PRELOAD_ENV, raising=False)
+    preload()
+
+
+@pytest.mark.cluster
+def test_the_workers_of_a_ray_start_ray_started_import_the_trainable_as_they_start():
+    """A task that imports nothing finds the trainable imported in its worker (a sweep's)."""
+    code = textwrap.dedent(
+        """
+        import json, ray
+        from rhnsearch.cluster.connect import start_ray
+        from rhnsearch.sweep.lifecycle import WORKER_IMPORTS
+        start_ray(None, preload=WORKER_IMPORTS)
+        seen = ray.get(ray.remote(lambda: sorted(__import__("sys").modules)).remote())
+        print(json.dumps([WORKER_IMPORTS, [name for name in WORKER_IMPORTS if name in seen]]))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    asked, imported = json.loads(out.stdout.strip().splitlines()[-1])
+    assert asked == imported == ["rhnsearch.sweep.trainable"]
