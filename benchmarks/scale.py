@@ -35,7 +35,7 @@ size as it finishes, then one JSON line.
     python benchmarks/scale.py [--trials 500 2000 10000] [--search random|optuna]
         [--scheduler cell_asha|asha] [--store sqlite|postgres] [--storage dir|bucket]
         [--slots 64] [--epochs 40] [--epoch-ms 5] [--histories FILE.parquet |
-        --synthetic-curves] [--fill] [--keep DIR] [--trace-memory] [--memray DIR]
+        --synthetic-curves] [--fill] [--no-turns] [--keep DIR] [--trace-memory] [--memray DIR]
         [--plain-tune [--plain-with storage|limit|searcher ...]] [--kill-at K | --resume-kept WORK]
     python benchmarks/scale.py --restore 2000 20000
 
@@ -44,6 +44,9 @@ gives the actor of a trial that ends to the next trial and drops the one it was 
 (`reuse_actors`), so sub-second simulated trials run on the actors that were up before the
 first trial ended, which on a slow machine is a fraction of the slots; a lab's trials last
 minutes, and every slot's actor is up before one ends. A resumed driver's workers fill again.
+As a sweep's, the simulated slots' workers import the trainable (torch, Tune) as they start, as
+many at once as the machine has cores (`cluster/worker_start.py`); --no-turns has them all
+import at once, as before stop 73.
 
 --plain-tune runs the same trials in plain Tune instead, for the driver's cost that is Tune's
 own: the same simulated trials and cells, Tune's random search and its ASHA at the same rungs,
@@ -293,6 +296,7 @@ def drive(args) -> dict:
     import ray
     from ray import tune
 
+    from rhnsearch.cluster import worker_start
     from rhnsearch.cluster.malloc import limit_malloc_arenas
     from rhnsearch.sweep import lifecycle
     from rhnsearch.sweep import tuner as sweep_tuner
@@ -306,6 +310,8 @@ def drive(args) -> dict:
         include_dashboard=False,
         logging_level=logging.WARNING,
         _temp_dir=args.ray_dir,
+        # as start_ray has a sweep's workers import the trainable, in turns
+        runtime_env=None if args.no_turns else worker_start.runtime_env(lifecycle.WORKER_IMPORTS),
     )
     curves = ray.put(read_curves(args.histories, args.epochs))
     work = Path(args.result).parent
@@ -576,7 +582,7 @@ def driven(args, trials, work, uri, root, env, *options, until=None) -> dict:
     command += ["--search", args.search, "--scheduler", args.scheduler]
     command += ["--slots", str(args.slots), "--epochs", str(args.epochs)]
     command += ["--epoch-ms", str(args.epoch_ms), "--histories", str(args.histories)]
-    command += ["--fill"] * args.fill
+    command += ["--fill"] * args.fill + ["--no-turns"] * args.no_turns
     command += ["--trace-memory"] * args.trace_memory + ["--plain-tune"] * args.plain_tune
     command += ["--plain-with", *args.plain_with] * bool(args.plain_with)
     try:
@@ -1014,7 +1020,14 @@ TABLE = [  # (heading, the value of a size's row and its run's options)
     ("trials", lambda s, run: f"{s['trials']:,}"),
     ("store", lambda s, run: store_name(run)),
     ("storage", lambda s, run: run["storage"]),
-    ("search", lambda s, run: run["search"] + " (--fill)" * bool(run.get("fill"))),
+    (
+        "search",
+        lambda s, run: (
+            run["search"]
+            + " (--fill)" * bool(run.get("fill"))
+            + " (--no-turns)" * (run.get("turns") is False)
+        ),
+    ),
     ("epochs, ms", lambda s, run: f"{run['epochs']}, {run['epoch_ms']:g}"),
     ("killed at", lambda s, run: f"{s['killed']['trials_ended']:,}" if "killed" in s else ""),
     ("driver CPU ms a trial-epoch", lambda s, run: f"{s['driver_cpu_ms_per_trial_epoch']:.1f}"),
@@ -1091,6 +1104,11 @@ def main():
         "--fill",
         action="store_true",
         help="each worker's first trial waits until a worker a slot is up (see the docstring)",
+    )
+    p.add_argument(
+        "--no-turns",
+        action="store_true",
+        help="workers import the trainable all at once, not in turns (before stop 73)",
     )
     p.add_argument(
         "--plain-tune",
@@ -1240,6 +1258,7 @@ def main():
                 "epochs": args.epochs,
                 "epoch_ms": args.epoch_ms,
                 "fill": args.fill,
+                "turns": not args.no_turns,
                 "curves": curves,
                 "sizes": [
                     {k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}
