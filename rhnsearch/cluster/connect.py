@@ -49,9 +49,8 @@ def start_ray(address: str | None, modules: list[str] = (), preload: list[str] =
     """A local Ray started here by default; with an address, join that cluster. MODULES
     (files or package folders: cells of one's own) are shipped to every worker; each worker
     imports PRELOAD (module names) as it starts, a few workers a node at a time
-    (worker_start.py). The driver's
-    malloc arenas and Tune's settings for a sweep's driver are set even where Ray is already
-    up (its threads made then keep their arenas)."""
+    (worker_start.py). The driver's malloc arenas and Tune's settings for a sweep's driver are
+    set even where Ray is already up (its threads made then keep their arenas)."""
     limit_malloc_arenas()
     # Checkpointing every epoch is the point (resume, retries): don't warn about it.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
