@@ -956,11 +956,11 @@ def test_a_silent_then_cut_off_server_stalls_nothing_and_loses_nothing(
 @pytest.mark.slow
 def test_trials_on_fake_gpus_are_placed_spent_and_refused_without_cuda(tmp_path, data_dir, cluster):
     """A node started with `--num-gpus 2` on this CPU-only machine: trials asking for 0.25 GPU
-    share them four to a GPU (at most 8 at once), and each run records the GPU Ray gave it and
-    the GPU-seconds it held (its wall time times 0.25), the parent run their totals per cell
-    and in all, and `sweep status` them beside the plan's. Without CUDA in torch a trial fails
-    with one line that says so, and the sweep exits 1; with RHNSEARCH_ALLOW_CPU_FALLBACK=1 they
-    train on the CPU and the sweep exits 0."""
+    share them, four to a GPU at most (at most 8 at once), and each run records the GPU Ray
+    gave it and the GPU-seconds it held (its wall time times 0.25), the parent run their totals
+    per cell and in all, and `sweep status` them beside the plan's. Without CUDA in torch a
+    trial fails with one line that says so, and the sweep exits 1; with
+    RHNSEARCH_ALLOW_CPU_FALLBACK=1 they train on the CPU and the sweep exits 0."""
     args = [
         *("--set", "resources={cpu: 1, gpu: 0.25}", "--set", "archs=[rhn]", "--set"),
         *("depths=[1, 2]", "--set", "scheduler.name=fifo", "--set", "fixed.epochs=2"),
@@ -1022,7 +1022,7 @@ def test_trials_on_fake_gpus_are_placed_spent_and_refused_without_cuda(tmp_path,
     summary = json_summary(fallback)
     assert fallback.returncode == 0 and summary["completed"] == 8
     runs = client.search_runs([experiment], "tags.sweep = 'cpu-fallback' and tags.kind = 'trial'")
-    assert {r.data.tags["gpu_ids"] for r in runs} == {"0", "1"}
+    assert {r.data.tags["gpu_ids"] for r in runs} <= {"0", "1"}
     assert {r.data.tags["device"] for r in runs} == {"cpu"}
     # when each trial held its share of a GPU, by the driver's clock: from Ray starting it
     # (its run made) to its end
@@ -1030,10 +1030,11 @@ def test_trials_on_fake_gpus_are_placed_spent_and_refused_without_cuda(tmp_path,
     moments = sorted(t for start, end, _ in spans for t in (start, end))
     at_once = [[gpu for start, end, gpu in spans if start <= t <= end] for t in moments]
     # (how many overlap here depends on how fast two cores start their workers, which take
-    # turns at their imports: cluster/worker_start.py)
+    # turns at their imports: cluster/worker_start.py; Ray need not give a trial the second
+    # GPU until the first holds four, so that at most 4 may run on one)
     assert max(len(running) for running in at_once) <= 8
     assert 1 < max(max(running.count("0"), running.count("1")) for running in at_once) <= 4
-    assert any({"0", "1"} <= set(running) for running in at_once)  # both GPUs at once
+    assert all({"0", "1"} <= set(running) for running in at_once if len(running) > 4)
 
     # GPU-hours as spent: each trial its wall time times its quarter GPU; the sweep the sums
     for run in runs:
