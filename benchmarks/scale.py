@@ -35,7 +35,8 @@ size as it finishes, then one JSON line.
     python benchmarks/scale.py [--trials 500 2000 10000] [--search random|optuna]
         [--scheduler cell_asha|asha] [--store sqlite|postgres] [--storage dir|bucket]
         [--slots 64] [--epochs 40] [--epoch-ms 5] [--histories FILE.parquet |
-        --synthetic-curves] [--fill] [--no-turns] [--keep DIR] [--trace-memory] [--memray DIR]
+        --synthetic-curves] [--fill] [--no-turns] [--no-nice-start] [--keep DIR]
+        [--trace-memory] [--memray DIR]
         [--plain-tune [--plain-with storage|limit|searcher ...]] [--kill-at K | --resume-kept WORK]
     python benchmarks/scale.py --restore 2000 20000
 
@@ -45,8 +46,9 @@ gives the actor of a trial that ends to the next trial and drops the one it was 
 first trial ended, which on a slow machine is a fraction of the slots; a lab's trials last
 minutes, and every slot's actor is up before one ends. A resumed driver's workers fill again.
 As a sweep's, the simulated slots' workers import the trainable (torch, Tune) as they start, as
-many at once as the machine has cores (`cluster/worker_start.py`); --no-turns has them all
-import at once, as before stop 73.
+many at once as the machine has cores, and start at niceness 15 (`cluster/worker_start.py`);
+--no-nice-start starts them at 0 until they connect, as before stop 74, and --no-turns also has
+them all import at once, as before stop 73.
 
 --plain-tune runs the same trials in plain Tune instead, for the driver's cost that is Tune's
 own: the same simulated trials and cells, Tune's random search and its ASHA at the same rungs,
@@ -311,7 +313,9 @@ def drive(args) -> dict:
         logging_level=logging.WARNING,
         _temp_dir=args.ray_dir,
         # as start_ray has a sweep's workers import the trainable, in turns
-        runtime_env=None if args.no_turns else worker_start.runtime_env(lifecycle.WORKER_IMPORTS),
+        runtime_env=None
+        if args.no_turns
+        else worker_start.runtime_env(lifecycle.WORKER_IMPORTS, local=not args.no_nice_start),
     )
     curves = ray.put(read_curves(args.histories, args.epochs))
     work = Path(args.result).parent
@@ -583,6 +587,7 @@ def driven(args, trials, work, uri, root, env, *options, until=None) -> dict:
     command += ["--slots", str(args.slots), "--epochs", str(args.epochs)]
     command += ["--epoch-ms", str(args.epoch_ms), "--histories", str(args.histories)]
     command += ["--fill"] * args.fill + ["--no-turns"] * args.no_turns
+    command += ["--no-nice-start"] * args.no_nice_start
     command += ["--trace-memory"] * args.trace_memory + ["--plain-tune"] * args.plain_tune
     command += ["--plain-with", *args.plain_with] * bool(args.plain_with)
     try:
@@ -1026,6 +1031,7 @@ TABLE = [  # (heading, the value of a size's row and its run's options)
             run["search"]
             + " (--fill)" * bool(run.get("fill"))
             + " (--no-turns)" * (run.get("turns") is False)
+            + " (--no-nice-start)" * (run.get("nice_start") is False)
         ),
     ),
     ("epochs, ms", lambda s, run: f"{run['epochs']}, {run['epoch_ms']:g}"),
@@ -1109,6 +1115,11 @@ def main():
         "--no-turns",
         action="store_true",
         help="workers import the trainable all at once, not in turns (before stop 73)",
+    )
+    p.add_argument(
+        "--no-nice-start",
+        action="store_true",
+        help="workers start at niceness 0 and drop to 15 as they connect (before stop 74)",
     )
     p.add_argument(
         "--plain-tune",
@@ -1259,6 +1270,7 @@ def main():
                 "epoch_ms": args.epoch_ms,
                 "fill": args.fill,
                 "turns": not args.no_turns,
+                "nice_start": not (args.no_turns or args.no_nice_start),
                 "curves": curves,
                 "sizes": [
                     {k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}

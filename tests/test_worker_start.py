@@ -1,6 +1,6 @@
 """A sweep's workers import the trainable in turns, a core a turn (cluster/worker_start.py):
 at most TURNS processes of a node hold one at once, a failing import is left to the trial,
-and a Ray that start_ray started runs the hook in each worker."""
+and a Ray that start_ray started runs the hook in each worker, which starts at niceness 15."""
 
 import json
 import os
@@ -70,19 +70,26 @@ def test_preload_imports_what_it_can_and_leaves_a_failing_import_to_the_trial(tm
 
 
 @pytest.mark.cluster
-def test_the_workers_of_a_ray_start_ray_started_import_the_trainable_as_they_start():
-    """A task that imports nothing finds the trainable imported in its worker (a sweep's)."""
+def test_the_workers_of_a_ray_start_ray_started_start_nice_and_import_the_trainable():
+    """A task that imports nothing finds the trainable imported in its worker (a sweep's), and
+    the worker 15 nicer than the driver though Ray made it no nicer as it connected (Ray's
+    setting, 0): it started so, not at the raylet's niceness."""
     code = textwrap.dedent(
         """
-        import json, ray
+        import json, os, ray
         from rhnsearch.cluster.connect import start_ray
         from rhnsearch.sweep.lifecycle import WORKER_IMPORTS
         start_ray(None, preload=WORKER_IMPORTS)
-        seen = ray.get(ray.remote(lambda: sorted(__import__("sys").modules)).remote())
-        print(json.dumps([WORKER_IMPORTS, [name for name in WORKER_IMPORTS if name in seen]]))
+        def seen():
+            lowered_by = os.environ.get("RAY_worker_niceness")
+            return sorted(__import__("sys").modules), os.nice(0), lowered_by
+        modules, niceness, lowered_by = ray.get(ray.remote(seen).remote())
+        imported = [name for name in WORKER_IMPORTS if name in modules]
+        print(json.dumps([WORKER_IMPORTS, imported, niceness, lowered_by, os.nice(0)]))
         """
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    asked, imported = json.loads(out.stdout.strip().splitlines()[-1])
+    asked, imported, niceness, lowered_by, drivers = json.loads(out.stdout.splitlines()[-1])
     assert asked == imported == ["rhnsearch.sweep.trainable"]
+    assert (niceness, lowered_by) == (min(drivers + 15, 19), "0")

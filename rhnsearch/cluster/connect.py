@@ -46,11 +46,11 @@ def check_address(address: str):
 
 
 def start_ray(address: str | None, modules: list[str] = (), preload: list[str] = ()):
-    """A local Ray started here by default; with an address, join that cluster. MODULES
-    (files or package folders: cells of one's own) are shipped to every worker; each worker
-    imports PRELOAD (module names) as it starts, a few workers a node at a time
-    (worker_start.py). The driver's malloc arenas and Tune's settings for a sweep's driver are
-    set even where Ray is already up (its threads made then keep their arenas)."""
+    """A local Ray started here by default; with an address, join that cluster. MODULES (files or
+    package folders: cells of one's own) are shipped to every worker; each worker imports PRELOAD
+    (module names) as it starts, a few workers a node at a time, and on a local Ray starts at
+    niceness 15 (worker_start.py). The driver's malloc arenas and Tune's settings for a sweep's
+    driver are set even where Ray is already up (its threads made then keep their arenas)."""
     limit_malloc_arenas()
     # Checkpointing every epoch is the point (resume, retries): don't warn about it.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
@@ -68,7 +68,7 @@ def start_ray(address: str | None, modules: list[str] = (), preload: list[str] =
     env = {k: os.environ[k] for k in (ALLOW_CPU_FALLBACK,) if k in os.environ}
     runtime_env = {"env_vars": env} if env else {}
     if preload:
-        warm = worker_start.runtime_env(preload)
+        warm = worker_start.runtime_env(preload, local=not address)
         runtime_env = {**warm, "env_vars": {**env, **warm["env_vars"]}}
     if modules and os.environ.get(CELLS_SHIPPED_ENV) != "1":
         runtime_env["py_modules"] = list(modules)

@@ -8,25 +8,45 @@ start. Ray runs `preload` in each of the sweep's workers as it starts (runtime_e
 worker_process_setup_hook): it imports the modules named in its env var while it holds one of
 the node's turns, a file lock a core, so the first workers are ready in seconds and the rest
 follow in turn; where a node has a core a worker, nobody waits.
+
+Ray starts a worker at its own niceness (0) and lowers it to 15 only once the worker has
+connected: 64 starting on two cores would take the cores from those importing in their turn
+(the first trial of a resume some 25 s after the resume's start). On a Ray started here the
+workers start at 15 (`ray_compat.workers_started_nice`); a cluster's nodes start theirs as the
+cluster says.
 """
 
 import fcntl
 import importlib
 import os
+import shutil
+import sys
 import tempfile
 import time
 from contextlib import contextmanager
 
+from ..compat import ray as ray_compat
+
 PRELOAD_ENV = "RHNSEARCH_WORKER_PRELOAD"  # the modules, comma-separated
 POLL_SECONDS = 0.05
+NICENESS = 15  # a worker's, as Ray sets it: the driver and Ray's own processes come first
 
 
-def runtime_env(modules) -> dict:
-    """The runtime_env fields that have each worker import MODULES (names) in its turn."""
-    return {
+def runtime_env(modules, *, local: bool = False) -> dict:
+    """The runtime_env fields that have each worker import MODULES (names) in its turn.
+
+    Args:
+        local: The workers run on this machine's Python (a Ray started here): they start at
+            NICENESS, not at Ray's own niceness until they connect.
+    """
+    fields = {
         "worker_process_setup_hook": f"{__name__}.preload",
         "env_vars": {PRELOAD_ENV: ",".join(modules)},
     }
+    if local and shutil.which("nice"):
+        nice = ray_compat.workers_started_nice(NICENESS, sys.executable)
+        fields |= {**nice, "env_vars": fields["env_vars"] | nice["env_vars"]}
+    return fields
 
 
 def preload():

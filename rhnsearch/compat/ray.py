@@ -1,12 +1,12 @@
-"""What rhnsearch uses of Ray beyond its public API: the names of the files Tune saves its state
-in and how Tune reads them, the layout of its saved experiment state (each trial's folder,
-status and newest checkpoint; a state written back without its ended trials) and of its saved
-search state (the folder it makes new trials in), the checkpoints Tune's manager holds, the
-names of a trial's checkpoint folders, the analysis Tune builds as it restores a Tuner, a
-restored Tuner's searcher, scheduler and callbacks, `ray.init`'s private node address and the
-logger of its token notice, its GCS client (asked whether a cluster refuses this client's
-token), Tune's default metric name, the statuses of a trial waiting to run, the logger of its
-result grid and how it draws a new trial's id.
+"""What rhnsearch uses of Ray beyond its public API: the names of the files Tune saves its state in
+and how Tune reads them, the layout of its saved experiment state (each trial's folder, status
+and newest checkpoint; a state written back without its ended trials) and of its saved search
+state (the folder it makes new trials in), the checkpoints Tune's manager holds, the names of a
+trial's checkpoint folders, the analysis Tune builds as it restores a Tuner, a restored Tuner's
+searcher, scheduler and callbacks, `ray.init`'s private node address and the logger of its token
+notice, the setting by which a worker lowers its own niceness, its GCS client (asked whether a
+cluster refuses this client's token), Tune's default metric name, the statuses of a trial waiting
+to run, the logger of its result grid and how it draws a new trial's id.
 
 Each function first checks that the installed Ray is in SUPPORTED and raises a one-line
 UserError otherwise (a saved state read wrongly would resume a sweep wrongly). A state read
@@ -19,6 +19,7 @@ import logging
 import pickle
 import posixpath
 import re
+import shlex
 import uuid
 
 from . import require
@@ -298,6 +299,20 @@ def init_on_loopback(**options):
         ray.init(**options, _node_ip_address="127.0.0.1")
     finally:
         logging.getLogger(TOKEN_LOGGER).removeFilter(notice)
+
+
+WORKER_NICENESS = "RAY_worker_niceness"  # a worker's setting: how much nicer it makes itself
+
+
+def workers_started_nice(niceness: int, python: str) -> dict:
+    """The runtime_env fields that start each worker's PYTHON (a path) at NICENESS and have it
+    stay there. A worker otherwise starts at the raylet's niceness and makes itself nicer (by
+    15, its setting) only once it has connected: many starting at once starve those that run."""
+    _check("the setting by which a worker lowers its niceness")
+    return {
+        "py_executable": f"nice -n {niceness} {shlex.quote(python)}",
+        "env_vars": {WORKER_NICENESS: "0"},
+    }
 
 
 def refuses_token(address: str) -> bool:
