@@ -68,7 +68,9 @@ def start_ray(address: str | None, modules: list[str] = (), preload: list[str] =
     env = {k: os.environ[k] for k in (ALLOW_CPU_FALLBACK,) if k in os.environ}
     runtime_env = {"env_vars": env} if env else {}
     if preload:
-        warm = worker_start.runtime_env(preload, local=not address)
+        # (ray.init joins the cluster at $RAY_ADDRESS, if set, whose nodes have their Python)
+        local = not (address or os.environ.get("RAY_ADDRESS"))
+        warm = worker_start.runtime_env(preload, local=local)
         runtime_env = {**warm, "env_vars": {**env, **warm["env_vars"]}}
     if modules and os.environ.get(CELLS_SHIPPED_ENV) != "1":
         runtime_env["py_modules"] = list(modules)
