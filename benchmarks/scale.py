@@ -1031,7 +1031,8 @@ TABLE = [  # (heading, the value of a size's row and its run's options)
             run["search"]
             + " (--fill)" * bool(run.get("fill"))
             + " (--no-turns)" * (run.get("turns") is False)
-            + " (--no-nice-start)" * (run.get("nice_start") is False)
+            # (runs with turns before stop 74 started their workers at niceness 0)
+            + " (--no-nice-start)" * (run.get("turns") is True and not run.get("nice_start"))
         ),
     ),
     ("epochs, ms", lambda s, run: f"{run['epochs']}, {run['epoch_ms']:g}"),
