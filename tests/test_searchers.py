@@ -106,6 +106,33 @@ def test_saved_search_states_made_to_count_the_trials_tune_saved(saved, tmp_path
     assert resumed.searcher.suggest("next") == whole[saved]
 
 
+def test_trials_asked_after_the_searchers_saved_state_are_told_to_their_studies(tmp_path):
+    """A driver killed between the uploads of its saved states, the searcher's older than
+    Tune's experiment state: the resumed searcher was never saved with the last two trials it
+    asked for, which Tune restores and runs to their end. Their outcomes reach the Optuna
+    trials asked for them (found by the Tune trial id each carries), not only the others'."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    space, cells = space_and_cells("search=optuna")
+    slots = round_slots(2, 1)
+    killed = build_searcher(space, cells, {}, slots, "optuna", str(tmp_path), "s")
+    configs = {f"t{i}": killed.suggest(f"t{i}") for i in range(2)}
+    path = tmp_path / "searcher.pkl"
+    killed.save(str(path))  # the searcher's state, uploaded before t2 and t3 were asked for
+    configs |= {f"t{i}": killed.suggest(f"t{i}") for i in range(2, 4)}
+    path.write_bytes(saved_for(path.read_bytes(), set(configs)))  # Tune's state has all four
+    resumed = build_searcher(space, cells, {}, slots, "optuna", str(tmp_path), "s")
+    resumed.restore(str(path))
+    for i, trial_id in enumerate(configs):
+        resumed.on_trial_complete(trial_id, {"status": "completed", "best_valid_loss": 10.0 + i})
+    told = {
+        t.params["lr"]: t.value
+        for label in cells
+        for t in load_study(str(tmp_path), f"s/{label}").trials
+        if t.state.name == "COMPLETE"
+    }
+    assert told == {configs[f"t{i}"]["lr"]: 10.0 + i for i in range(4)}
+
+
 @pytest.mark.parametrize("sampler", ["tpe", "gp", "cmaes"])
 def test_each_cell_has_its_own_study_told_each_trials_outcome(sampler, tmp_path):
     """Twelve trials a cell, the loss a real function of the setting: each cell's study has

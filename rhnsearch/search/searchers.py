@@ -34,6 +34,7 @@ from .trial import tune_config
 
 METRIC, MODE = "valid_loss", "min"
 BEST = "best_valid_loss"  # what a cell's study is told of a trial
+TUNE_TRIAL = "tune_trial_id"  # the user attr of an Optuna trial: the Tune trial asked for it
 SAMPLERS = {
     "tpe": lambda seed: optuna.samplers.TPESampler(seed=seed, constant_liar=True),
     "gp": lambda seed: optuna.samplers.GPSampler(seed=seed),
@@ -128,8 +129,10 @@ class CellSearcher(Searcher):
 class CellStudies(CellSearcher):
     """CellSearcher asking each cell's own Optuna study, `SWEEP/CELL` in the sweep's journal,
     for its settings, and telling it each trial's best valid loss (inf where it diverged).
-    A trial the killed driver had asked for but Tune had not saved stays RUNNING in its
-    study; the resumed round asks for its setting again."""
+    Each Optuna trial carries the id of the Tune trial it was asked for (user attr
+    TUNE_TRIAL), so that a trial Tune saved after the searcher's own state (a driver killed
+    between their uploads) is still told. A trial the killed driver had asked for but Tune
+    had not saved stays RUNNING in its study; the resumed round asks for its setting again."""
 
     def __init__(self, space, cells, constants, slots, sweep: str, sweep_dir: str, sampler: str):
         super().__init__(space, cells, constants, slots)
@@ -171,13 +174,28 @@ class CellStudies(CellSearcher):
         trial = self.study(label).ask(
             {name: optuna_distribution(d) for name, d in self.params[label].items()}
         )
+        trial.set_user_attr(TUNE_TRIAL, trial_id)
         self.asked[trial_id] = (label, trial.number)
         return dict(trial.params)
 
+    def asked_unsaved(self, trial_id: str) -> tuple[str, int] | None:
+        """(cell, Optuna number) of the RUNNING Optuna trial asked for TRIAL_ID, which the
+        searcher's saved state lacks; None where no study has one."""
+        existing = set(optuna.get_all_study_names(self.storage()))
+        for label in self.params:
+            if study_name(self.sweep, label) not in existing:
+                continue
+            running = self.study(label).get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            for trial in running:
+                if trial.user_attrs.get(TUNE_TRIAL) == trial_id:
+                    return label, trial.number
+        return None
+
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
-        if trial_id not in self.asked:
+        asked = self.asked.pop(trial_id, None) or self.asked_unsaved(trial_id)
+        if asked is None:
             return
-        label, number = self.asked.pop(trial_id)
+        label, number = asked
         result = result or {}
         loss = float("inf") if result.get("status") == "diverged" else result.get(BEST)
         if error or loss is None or loss != loss:
