@@ -221,7 +221,7 @@ def test_driver_killed_then_resume_finishes_without_rerunning(tmp_path, data_dir
     storage (a disk mounted elsewhere): the resume from there keeps the finished trials' runs
     as they were, stops again every trial the scheduler had stopped (its rungs are in the
     storage), writes nothing where the sweep was and closes the same parent run."""
-    name, trials = "killed", 6 * 3  # 6 cells (3 archs at depths 1 and 2), 3 settings each
+    name, trials = "killed", 6 * 4  # 6 cells (3 archs at depths 1 and 2), 4 settings each
     # Tune's own save period: at every step, its save rewrites the file that the previous
     # step's upload may still be copying, and a kill then can leave it empty in the storage
     sweep = sweeps(
@@ -233,9 +233,10 @@ def test_driver_killed_then_resume_finishes_without_rerunning(tmp_path, data_dir
         "--set",
         "fixed.epochs=5",  # not 9: ASHA's rungs at epochs 1 and 3 are all the test reads
         "--set",
-        # 3 settings a cell, not 2: the trials run setting by setting, and ASHA stops none of a
-        # cell's first, so with 2 the kill could come only in the last 6 trials, after them all
-        "samples=3",
+        # 4 settings a cell: the trials run setting by setting and ASHA stops none of a cell's
+        # first, so the kill comes once a second setting's trial stopped and Tune saved (every
+        # 10 s); with 3, a CI run's sweep had ended by then, and with 2 it always would
+        "samples=4",
         env={"TUNE_GLOBAL_CHECKPOINT_S": "auto"},
     )
     uri = f"sqlite:///{tmp_path / 'results/mlflow.db'}"
