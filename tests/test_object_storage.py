@@ -32,7 +32,7 @@ def test_a_sweep_on_a_bucket_keeps_everything_there_in_few_requests(s3_server, t
     """The smoke sweep's RHN cells on a bucket: Tune's state, one checkpoint per trial, the
     scheduler's state and the sweep's state are in the bucket, no trial file is on the local
     disk, Tune's file loggers wrote nothing, and the server answered at most 10 requests per
-    trial-epoch."""
+    trial-epoch, listing a trial's folder only to delete an older checkpoint."""
     bucket = s3_server.bucket()
     before = len(s3_server.requests())
     proc = rhnsearch_cli(
@@ -57,6 +57,11 @@ def test_a_sweep_on_a_bucket_keeps_everything_there_in_few_requests(s3_server, t
     requests = s3_server.requests()[before:]
     epochs = trial_epochs(f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}")
     assert len(requests) <= MAX_REQUESTS_PER_TRIAL_EPOCH * epochs, (len(requests), epochs)
+    # a trial's folder is not listed (a checkpoint's is, to delete it), nor are the result
+    # files that Tune's file loggers (off) would have written looked for
+    listed = [p for m, p in requests if m == "GET" and "list-type=2" in p and "run_trial" in p]
+    assert not [p for p in listed if re.search(r"prefix=[^&]*/run_trial[^/&]*/(&|$)", p)]
+    assert listed and not [p for _, p in requests if re.search(r"result\.json|progress\.csv", p)]
 
     keys = [k.removeprefix("sweeps/on-s3/") for k in s3_server.keys(bucket, "sweeps/on-s3/")]
     for name in ("rhnsearch_sweep.json", "scheduler/decisions/000000000.json", "tuner.pkl"):

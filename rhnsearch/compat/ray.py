@@ -14,6 +14,7 @@ here that is not laid out as expected raises KeyError, TypeError or ValueError: 
 say so and go on without it.
 """
 
+import contextlib
 import json
 import logging
 import pickle
@@ -277,6 +278,12 @@ def is_checkpoint(name: str) -> bool:
     return re.fullmatch(CHECKPOINT, name) is not None
 
 
+def is_first_checkpoint(name: str) -> bool:
+    """Whether `name` is the name of a trial's first checkpoint folder (none is older)."""
+    _check("Tune's checkpoint names")
+    return name == "checkpoint_000000"
+
+
 TOKEN_LOGGER = "ray._private.authentication.authentication_token_setup"
 DEFAULT_TOKEN_NOTICE = "Token authentication is enabled for this Ray cluster."
 
@@ -362,8 +369,22 @@ def longer_trial_ids():
     Trial.generate_id = classmethod(lambda cls: uuid.uuid4().hex[:TRIAL_ID_DIGITS])
 
 
-def quiet_result_grid():
-    """Keep Tune's result grid from warning that it finds no result files (with Tune's file
-    loggers off, MLflow has the results): its module's logger shows errors only."""
-    _check("the module path of Tune's experiment analysis")
-    logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
+@contextlib.contextmanager
+def no_result_files():
+    """Within it, Tune's result grid looks for no trial's result files: a sweep turns Tune's
+    file loggers off (MLflow has the results), and at the end of `fit` its
+    ExperimentAnalysis would look for two in every trial's folder, warn of each missing and,
+    on a bucket, spend four requests a trial on them (two of them listings)."""
+    from ray.tune.analysis.experiment_analysis import ExperimentAnalysis
+
+    _check("Tune's ExperimentAnalysis reading each trial's result files")
+    fetch = ExperimentAnalysis._fetch_trial_dataframes
+    ExperimentAnalysis._fetch_trial_dataframes = _no_trial_dataframes
+    try:
+        yield
+    finally:
+        ExperimentAnalysis._fetch_trial_dataframes = fetch
+
+
+def _no_trial_dataframes(analysis) -> dict:
+    return {}  # a Result's metrics_dataframe is None then

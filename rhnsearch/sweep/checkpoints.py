@@ -44,8 +44,8 @@ log = logging.getLogger(__name__)
 class KeepNewestCheckpoint(Callback):
     """Tune callback: once a trial has registered a checkpoint, its older ones are deleted from
     the storage, by the storage's thread (after a resume, the first new checkpoint of a trial
-    clears whatever the earlier driver left), and Tune's checkpoint manager holds the newest
-    alone."""
+    clears whatever the earlier driver left: a listing of its folder, which a trial's very
+    first checkpoint needs not), and Tune's checkpoint manager holds the newest alone."""
 
     def __init__(self):
         self.newest: dict[str, str | None] = {}  # trial id -> its newest checkpoint's folder
@@ -58,6 +58,8 @@ class KeepNewestCheckpoint(Callback):
         older = self.newest.get(trial.trial_id)
         self.newest[trial.trial_id] = name
         ray_compat.forget_checkpoints(trial)  # (Tune registers this one after its callbacks)
+        if older is None and ray_compat.is_first_checkpoint(name):
+            return  # nothing older to delete
         storage.LATER.put(
             f"prune {folder}/{older or '*'}",
             lambda: prune(checkpoint.filesystem, folder, [older] if older else None, keep=name),

@@ -428,11 +428,11 @@ def finish(tuner, record: SweepRecord, on_start: OnStart | None = None) -> dict:
     which, kept, the close's reading would add to (docs/scale-history.md)."""
     wait = drain_seconds()
     start = time.monotonic()
-    ray_compat.quiet_result_grid()  # Tune's file loggers are off (start_ray)
     ray_compat.longer_trial_ids()
     if on_start:
         on_start(record)
-    results = tuner.fit()
+    with ray_compat.no_result_files():
+        results = tuner.fit()
     checkpoints = {r.metrics["trial_id"]: r.checkpoint for r in results if r.metrics}
     del tuner, results
     gc.collect()  # Tune's trials hold cycles
