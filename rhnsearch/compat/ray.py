@@ -6,7 +6,7 @@ trial's checkpoint folders, the analysis Tune builds as it restores a Tuner, a r
 searcher, scheduler and callbacks, `ray.init`'s private node address and the logger of its token
 notice, the setting by which a worker lowers its own niceness, its GCS client (asked whether a
 cluster refuses this client's token), Tune's default metric name, the statuses of a trial waiting
-to run, the logger of its result grid and how it draws a new trial's id.
+to run, the result files its result grid reads and how it draws a new trial's id.
 
 Each function first checks that the installed Ray is in SUPPORTED and raises a one-line
 UserError otherwise (a saved state read wrongly would resume a sweep wrongly). A state read
