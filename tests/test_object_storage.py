@@ -242,6 +242,19 @@ def test_the_optuna_journal_in_a_bucket_costs_the_same_at_every_append(s3_server
     assert ObjectJournal(location).read_logs(58) == logs[58:]
 
 
+def test_a_large_file_in_a_bucket_is_read_in_one_request(s3_server):
+    """A file read whole from a bucket is one GET, whatever its size. A resume reads Tune's
+    experiment state whole (some 11.5 kB a saved trial); read as a stream, it was a ranged GET
+    every 256 kB, some 640 at 14,000 trials, and moto reads the whole object for each."""
+    location = storage.join(s3_server.uri(s3_server.bucket()), "sweep/state.json")
+    data = bytes(range(256)) * (8 * 2**20 // 256)
+    storage.write_bytes(location, data)
+    before = len(s3_server.requests())
+    assert storage.read_bytes(location) == data
+    gets = [r for r in s3_server.requests()[before:] if r[0] == "GET"]
+    assert len(gets) == 1, f"{len(gets)} GETs of one 8 MB file"
+
+
 EPOCHS = 4  # a trial's epochs in the killed sweep: each a checkpoint in the bucket
 
 

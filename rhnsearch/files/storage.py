@@ -86,12 +86,13 @@ def object_store(name: str, query: str) -> "ObjectStore":
 
 
 def read_bytes(location: str) -> bytes | None:
-    """The file's bytes, or None if there is no such file."""
+    """The file's bytes, or None if there is no such file. Read as a file of known size, in one
+    request to a bucket (a stream is read in 256 kB pieces, a request each)."""
     fs, path = split(location)
     if fs.get_file_info(path).type != pafs.FileType.File:
         return None
-    with fs.open_input_stream(path) as stream:
-        return stream.read()
+    with fs.open_input_file(path) as file:
+        return file.read()
 
 
 def read_text(location: str) -> str | None:
