@@ -967,7 +967,7 @@ def restore_seconds(where: Path, mark: Path, live_only: bool) -> float:
     (path,) = [p for p in where.iterdir() if ray_compat.is_experiment_state(p.name)]
     state = ray_compat.load_experiment_state(path.read_bytes())
     if live_only:
-        keep_live_trials(str(where), state)
+        keep_live_trials(str(where), state, [p.name for p in where.iterdir()])
     del state
     ray_compat.restored_tuner(str(where), restore_trainable).fit()
     return float(mark.read_text().split()[0]) - start
@@ -1025,16 +1025,7 @@ TABLE = [  # (heading, the value of a size's row and its run's options)
     ("trials", lambda s, run: f"{s['trials']:,}"),
     ("store", lambda s, run: store_name(run)),
     ("storage", lambda s, run: run["storage"]),
-    (
-        "search",
-        lambda s, run: (
-            run["search"]
-            + " (--fill)" * bool(run.get("fill"))
-            + " (--no-turns)" * (run.get("turns") is False)
-            # (runs with turns before stop 74 started their workers at niceness 0)
-            + " (--no-nice-start)" * (run.get("turns") is True and not run.get("nice_start"))
-        ),
-    ),
+    ("search", lambda s, run: " ".join([run["search"], *options_named(run)])),
     ("epochs, ms", lambda s, run: f"{run['epochs']}, {run['epoch_ms']:g}"),
     ("killed at", lambda s, run: f"{s['killed']['trials_ended']:,}" if "killed" in s else ""),
     ("driver CPU ms a trial-epoch", lambda s, run: f"{s['driver_cpu_ms_per_trial_epoch']:.1f}"),
@@ -1043,6 +1034,18 @@ TABLE = [  # (heading, the value of a size's row and its run's options)
     ("resume's first trial s", lambda s, run: first_trial(s)),
     ("lost, run twice", lambda s, run: f"{s['mlflow_records_lost']}, {s.get('doubled', '-')}"),
 ]
+
+
+def options_named(run: dict) -> list[str]:
+    """The options of RUN that the table names beside its search, each in parentheses."""
+    named = [
+        ("--fill", bool(run.get("fill"))),
+        (f"--slots {run.get('slots', 64)}", run.get("slots", 64) != 64),
+        ("--no-turns", run.get("turns") is False),
+        # (runs with turns before stop 74 started their workers at niceness 0)
+        ("--no-nice-start", run.get("turns") is True and not run.get("nice_start")),
+    ]
+    return [f"({option})" for option, shown in named if shown]
 
 
 def peak_rss(size: dict) -> float:

@@ -106,12 +106,12 @@ def round_trial_ids(round_dir: str, state: dict) -> set[str]:
     return ray_compat.saved_trial_ids(state) | indexed(round_dir).keys()
 
 
-def check_saved_state(round_dir: str) -> dict | None:
+def check_saved_state(round_dir: str, names: list[str]) -> dict | None:
     """Refuse, in one line, a resume whose saved Tune state cannot be read (a file cut short):
     Tune would log the error and start the whole round again, with empty configs. Returns
     Tune's newest saved experiment state, parsed (`saved_state`; read once: it grows with the
-    trials)."""
-    names = storage.listdir(round_dir)
+    trials). NAMES: what ROUND_DIR holds (`storage.listdir`), listed once for the resume's
+    steps: a folder a trial is there, a page of a bucket's listing every 1,000."""
     experiment, state = ray_compat.newest_experiment_state(names), None
     for name, load in ray_compat.newest_saved_states(names):
         try:
@@ -171,13 +171,13 @@ def repair_checkpoint_names(round_dir: str, state: dict | None):
             )
 
 
-def align_search_states(round_dir: str, state: dict | None):
+def align_search_states(round_dir: str, state: dict | None, names: list[str]):
     """Make Tune's saved search state and the searcher's count the trials of Tune's saved
     experiment state (`saved_state`), no more and no fewer: the slots after them are asked
-    for again."""
+    for again. NAMES: what ROUND_DIR holds (`check_saved_state`)."""
     if state is None:
         return
-    search, searcher = ray_compat.newest_search_states(storage.listdir(round_dir))
+    search, searcher = ray_compat.newest_search_states(names)
     try:
         trial_ids = round_trial_ids(round_dir, state)
         for name, align in [(search, ray_compat.search_state_for), (searcher, saved_for)]:
@@ -203,10 +203,11 @@ def align_search_states(round_dir: str, state: dict | None):
         )
 
 
-def move_search_state(round_dir: str):
+def move_search_state(round_dir: str, names: list[str]):
     """Point Tune's newest saved search state in ROUND_DIR at ROUND_DIR, where the resumed
-    search makes its new trials (`ray_compat.search_state_at`)."""
-    search, _ = ray_compat.newest_search_states(storage.listdir(round_dir))
+    search makes its new trials (`ray_compat.search_state_at`). NAMES: what ROUND_DIR holds
+    (`check_saved_state`)."""
+    search, _ = ray_compat.newest_search_states(names)
     if search is None:
         return
     location = storage.join(round_dir, search)

@@ -32,9 +32,10 @@ def _index(round_dir: str) -> str:
     return storage.join(round_dir, ENDED_TRIALS)
 
 
-def keep_live_trials(round_dir: str, state: dict):
+def keep_live_trials(round_dir: str, state: dict, names: list[str]):
     """Move the ended trials of Tune's newest saved experiment state STATE (parsed, read from
-    ROUND_DIR) to the round's index, then write the state back without them."""
+    ROUND_DIR, which holds NAMES) to the round's index, then write the state back without
+    them."""
     ended = ray_compat.ended_trials(state)
     if not ended:
         return
@@ -42,7 +43,7 @@ def keep_live_trials(round_dir: str, state: dict):
     known = {entry["trial_id"] for entry in entries.read()}
     if new := [entry for entry in ended if entry["trial_id"] not in known]:
         entries.append(new)
-    name = ray_compat.newest_experiment_state(storage.listdir(round_dir))
+    name = ray_compat.newest_experiment_state(names)
     moved = {entry["trial_id"] for entry in ended}
     storage.write_bytes(storage.join(round_dir, name), ray_compat.without_trials(state, moved))
     log.info(

@@ -233,14 +233,15 @@ def resume_sweep(
         start_ray(address, space.cell_modules, WORKER_IMPORTS)
         return finish(build_tuner(space, record), record, on_start)
     read_moved_modules()
-    state = check_saved_state(round_dir)
+    names = storage.listdir(round_dir)  # once: it lists a folder a trial
+    state = check_saved_state(round_dir, names)
     storage.remove_leftovers(round_dir)
     start_ray(address, space.cell_modules, WORKER_IMPORTS)
     repair_checkpoint_names(round_dir, state)
-    align_search_states(round_dir, state)
-    move_search_state(round_dir)
+    align_search_states(round_dir, state, names)
+    move_search_state(round_dir, names)
     write_record(record)  # of this version: an older rhnsearch would not read the index
-    keep_live_trials(round_dir, state)
+    keep_live_trials(round_dir, state, names)
     del state  # tens of MB at thousands of trials: not held through the sweep
     mark_resumed(record)
     # the Tuner passed, not kept: finish lets it go before the close
