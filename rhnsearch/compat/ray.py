@@ -6,7 +6,8 @@ trial's checkpoint folders, the analysis Tune builds as it restores a Tuner, a r
 searcher, scheduler and callbacks, `ray.init`'s private node address and the logger of its token
 notice, the setting by which a worker lowers its own niceness, its GCS client (asked whether a
 cluster refuses this client's token), Tune's default metric name, the statuses of a trial waiting
-to run, the result files its result grid reads and how it draws a new trial's id.
+to run, the result files its result grid reads, how it draws a new trial's id and how its
+restore lists the experiment's folder.
 
 Each function first checks that the installed Ray is in SUPPORTED and raises a one-line
 UserError otherwise (a saved state read wrongly would resume a sweep wrongly). A state read
@@ -388,3 +389,37 @@ def no_result_files():
 
 def _no_trial_dataframes(analysis) -> dict:
     return {}  # a Result's metrics_dataframe is None then
+
+
+@contextlib.contextmanager
+def restore_listed(experiment_fs_path: str, names: list[str]):
+    """Within it, Tune's restore of the experiment at EXPERIMENT_FS_PATH takes NAMES (the
+    resume's own listing of that folder) for what the folder holds, rather than listing it
+    twice more: for its newest experiment state, and for the state files it copies to the
+    driver. The folder holds a folder a trial: on a bucket, a page of listing every 1,000
+    trials (some 2 s a listing on moto at 16,000). Tune takes from NAMES only its own state
+    files, which the resume rewrites in place. Every other listing is Tune's own."""
+    _check("Tune's listings of the experiment's folder as it restores")
+    from ray.tune.execution import experiment_state
+    from ray.tune.execution.tune_controller import TuneController
+
+    listed, resume = experiment_state._list_at_fs_path, TuneController.resume
+    folder = posixpath.normpath(experiment_fs_path)
+
+    def listing(fs, fs_path, file_filter=None):
+        if file_filter is None and posixpath.normpath(fs_path) == folder:
+            return list(names)
+        return listed(fs, fs_path, file_filter)
+
+    def resume_listed(controller, *args, **options):
+        experiment_state._list_at_fs_path = listing
+        try:
+            return resume(controller, *args, **options)
+        finally:
+            experiment_state._list_at_fs_path = listed
+
+    TuneController.resume = resume_listed
+    try:
+        yield
+    finally:
+        TuneController.resume = resume

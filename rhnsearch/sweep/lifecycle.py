@@ -245,7 +245,8 @@ def resume_sweep(
     del state  # tens of MB at thousands of trials: not held through the sweep
     mark_resumed(record)
     # the Tuner passed, not kept: finish lets it go before the close
-    return finish(restored_round(path, filesystem, space, record), record, on_start)
+    with ray_compat.restore_listed(path, names):
+        return finish(restored_round(path, filesystem, space, record), record, on_start)
 
 
 def mark_resumed(record: SweepRecord):
