@@ -964,10 +964,11 @@ def restore_seconds(where: Path, mark: Path, live_only: bool) -> float:
 
     mark.unlink(missing_ok=True)
     start = time.time()
-    (path,) = [p for p in where.iterdir() if ray_compat.is_experiment_state(p.name)]
-    state = ray_compat.load_experiment_state(path.read_bytes())
+    names = [p.name for p in where.iterdir()]
+    (name,) = [n for n in names if ray_compat.is_experiment_state(n)]
+    state = ray_compat.load_experiment_state((where / name).read_bytes())
     if live_only:
-        keep_live_trials(str(where), state, [p.name for p in where.iterdir()])
+        keep_live_trials(str(where), state, names)
     del state
     ray_compat.restored_tuner(str(where), restore_trainable).fit()
     return float(mark.read_text().split()[0]) - start
