@@ -27,6 +27,7 @@ expected here, a warning says so and the resume goes on without the repair.
 """
 
 import logging
+from dataclasses import dataclass, field
 
 import pyarrow.fs as pafs
 from ray.tune import Callback
@@ -106,16 +107,40 @@ def round_trial_ids(round_dir: str, state: dict) -> set[str]:
     return ray_compat.saved_trial_ids(state) | indexed(round_dir).keys()
 
 
-def check_saved_state(round_dir: str, names: list[str]) -> dict | None:
-    """Refuse, in one line, a resume whose saved Tune state cannot be read (a file cut short):
-    Tune would log the error and start the whole round again, with empty configs. Returns
-    Tune's newest saved experiment state, parsed (`saved_state`; read once: it grows with the
-    trials). NAMES: what ROUND_DIR holds (`storage.listdir`), listed once for the resume's
-    steps: a folder a trial is there, a page of a bucket's listing every 1,000."""
-    experiment, state = ray_compat.newest_experiment_state(names), None
-    for name, load in ray_compat.newest_saved_states(names):
+@dataclass
+class SavedRound:
+    """Tune's saved state of a round as a resume finds it, each file read once
+    (`read_saved_round`).
+
+    Attributes:
+        folder: The round's folder.
+        names: What the folder holds, listed once: a folder a trial is there, a page of a
+            bucket's listing every 1,000 trials.
+        state: Tune's newest saved experiment state, parsed; None without one.
+        files: The newest of Tune's other saved states (its search generator's, the
+            searcher's) by name, as stored: `write` keeps them so.
+    """
+
+    folder: str
+    names: list[str]
+    state: dict | None = None
+    files: dict[str, bytes] = field(default_factory=dict)
+
+    def write(self, name: str, data: bytes):
+        storage.write_bytes(storage.join(self.folder, name), data)
+        self.files[name] = data
+
+
+def read_saved_round(round_dir: str) -> SavedRound:
+    """Tune's saved state of the round in ROUND_DIR, each file read and loaded as Tune's
+    resume loads it; a one-line refusal where one cannot be (a file cut short): Tune would log
+    the error and start the whole round again, with empty configs."""
+    saved = SavedRound(round_dir, storage.listdir(round_dir))
+    experiment = ray_compat.newest_experiment_state(saved.names)
+    for name, load in ray_compat.newest_saved_states(saved.names):
         try:
-            loaded = load(storage.read_bytes(storage.join(round_dir, name)))
+            data = storage.read_bytes(storage.join(round_dir, name))
+            loaded = load(data)
         except Exception as exc:  # whatever the loader raises, the file cannot be read
             raise UserError(
                 f"Tune's saved state {name} in {round_dir} cannot be read "
@@ -124,8 +149,10 @@ def check_saved_state(round_dir: str, names: list[str]) -> dict | None:
                 "run` under another --name"
             ) from None
         if name == experiment:
-            state = loaded
-    return state
+            saved.state = loaded  # (its bytes not kept: some 11.5 kB a trial)
+        else:
+            saved.files[name] = data
+    return saved
 
 
 def stale_checkpoints(round_dir: str, state: dict | None) -> list[tuple[str, str]]:
@@ -171,22 +198,21 @@ def repair_checkpoint_names(round_dir: str, state: dict | None):
             )
 
 
-def align_search_states(round_dir: str, state: dict | None, names: list[str]):
+def align_search_states(saved: SavedRound):
     """Make Tune's saved search state and the searcher's count the trials of Tune's saved
-    experiment state (`saved_state`), no more and no fewer: the slots after them are asked
-    for again. NAMES: what ROUND_DIR holds (`check_saved_state`)."""
-    if state is None:
+    experiment state (`SavedRound.state`), no more and no fewer: the slots after them are asked
+    for again."""
+    if saved.state is None:
         return
-    search, searcher = ray_compat.newest_search_states(names)
+    search, searcher = ray_compat.newest_search_states(saved.names)
     try:
-        trial_ids = round_trial_ids(round_dir, state)
+        trial_ids = round_trial_ids(saved.folder, saved.state)
         for name, align in [(search, ray_compat.search_state_for), (searcher, saved_for)]:
             if name is None:
                 continue
-            location = storage.join(round_dir, name)
-            aligned = align(storage.read_bytes(location), trial_ids)
+            aligned = align(saved.files[name], trial_ids)
             if aligned is not None:
-                storage.write_bytes(location, aligned)
+                saved.write(name, aligned)
                 log.warning(
                     "%s counted other trials than Tune's saved experiment state (%d): "
                     "made to count those, so that the resume asks for the rest",
@@ -197,31 +223,29 @@ def align_search_states(round_dir: str, state: dict | None, names: list[str]):
         log.warning(
             "Tune's saved search state in %s is not laid out as this version of rhnsearch "
             "expects (%s: %s); resuming without checking it",
-            round_dir,
+            saved.folder,
             type(exc).__name__,
             exc,
         )
 
 
-def move_search_state(round_dir: str, names: list[str]):
-    """Point Tune's newest saved search state in ROUND_DIR at ROUND_DIR, where the resumed
-    search makes its new trials (`ray_compat.search_state_at`). NAMES: what ROUND_DIR holds
-    (`check_saved_state`)."""
-    search, _ = ray_compat.newest_search_states(names)
+def move_search_state(saved: SavedRound):
+    """Point Tune's newest saved search state at the round's folder, where the resumed search
+    makes its new trials (`ray_compat.search_state_at`)."""
+    search, _ = ray_compat.newest_search_states(saved.names)
     if search is None:
         return
-    location = storage.join(round_dir, search)
     try:
-        moved = ray_compat.search_state_at(storage.read_bytes(location), *storage.split(round_dir))
+        moved = ray_compat.search_state_at(saved.files[search], *storage.split(saved.folder))
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         log.warning(
             "Tune's saved search state in %s is not laid out as this version of rhnsearch "
             "expects (%s: %s); resuming without checking where it makes new trials",
-            round_dir,
+            saved.folder,
             type(exc).__name__,
             exc,
         )
         return
     if moved is not None:
-        storage.write_bytes(location, moved)
-        log.info("Tune's saved search state pointed at %s, where the sweep is now", round_dir)
+        saved.write(search, moved)
+        log.info("Tune's saved search state pointed at %s, where the sweep is now", saved.folder)

@@ -37,8 +37,8 @@ from ..tracking.sender import drain_seconds, sender_for
 from ..tracking.uris import check_store, get_experiment, open_store
 from .checkpoints import (
     align_search_states,
-    check_saved_state,
     move_search_state,
+    read_saved_round,
     repair_checkpoint_names,
 )
 from .checks import check_going_on, checked_sweep
@@ -233,19 +233,18 @@ def resume_sweep(
         start_ray(address, space.cell_modules, WORKER_IMPORTS)
         return finish(build_tuner(space, record), record, on_start)
     read_moved_modules()
-    names = storage.listdir(round_dir)  # once: it lists a folder a trial
-    state = check_saved_state(round_dir, names)
+    saved = read_saved_round(round_dir)
     storage.remove_leftovers(round_dir)
     start_ray(address, space.cell_modules, WORKER_IMPORTS)
-    repair_checkpoint_names(round_dir, state)
-    align_search_states(round_dir, state, names)
-    move_search_state(round_dir, names)
+    repair_checkpoint_names(round_dir, saved.state)
+    align_search_states(saved)
+    move_search_state(saved)
     write_record(record)  # of this version: an older rhnsearch would not read the index
-    keep_live_trials(round_dir, state, names)
-    del state  # tens of MB at thousands of trials: not held through the sweep
+    keep_live_trials(round_dir, saved.state, saved.names)
+    saved.state = None  # tens of MB at thousands of trials: not held through the sweep
     mark_resumed(record)
     # the Tuner passed, not kept: finish lets it go before the close
-    with ray_compat.restore_listed(path, names):
+    with ray_compat.restore_listed(path, saved.names):
         return finish(restored_round(path, filesystem, space, record), record, on_start)
 
 
