@@ -319,6 +319,14 @@ def test_killed_driver_resumes_from_another_directory(s3_server, tmp_path, data_
         and re.search(r"prefix=sweeps/optuna-s3/(&|$)", path)
     ]
     assert len(listings) <= 3, listings
+    # Tune's saved search state read once for the resume's checks (`SavedRound`: it was read
+    # three times), once more by Tune's restore
+    search_reads = [
+        path
+        for method, path in s3_server.requests()[sent:]
+        if method == "GET" and "/search_gen_state-" in path
+    ]
+    assert len(search_reads) <= 2, search_reads
     client = MlflowClient(store)
     runs = child_runs(store)
     check_child_runs(client, runs, 6)
