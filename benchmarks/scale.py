@@ -37,7 +37,8 @@ size as it finishes, then one JSON line.
         [--slots 64] [--epochs 40] [--epoch-ms 5] [--histories FILE.parquet |
         --synthetic-curves] [--fill] [--no-turns] [--no-nice-start] [--keep DIR]
         [--trace-memory] [--memray DIR]
-        [--plain-tune [--plain-with storage|limit|searcher ...]] [--kill-at K | --resume-kept WORK]
+        [--plain-tune [--plain-with storage|limit|searcher ...]]
+        [--kill-at K [--kill-on ended|started] | --resume-kept WORK]
     python benchmarks/scale.py --restore 2000 20000
 
 --fill has each worker's first trial wait until there is a worker a slot (or 300 s): Tune
@@ -57,7 +58,10 @@ it (`plain_tune`), to tell which of them grows.
 --kill-at K SIGKILLs the driver once K trials have ended and resumes the sweep (`sweep resume`'s
 code, the trials simulated as before) in a fresh process: the row is the resume's, with the
 seconds from its start to its first trial's, and the driver CPU, records lost and settings run
-twice over both drivers (the killed one's CPU read just before the kill). --resume-kept WORK
+twice over both drivers (the killed one's CPU read just before the kill). --kill-on started
+counts the trials Tune has started (STARTS) instead of the MLflow runs ended: a server that lags
+Tune's trials (PostgreSQL's, on two cores) has ended half the runs only after every trial ran,
+so a kill counted in its runs leaves the resume no trial to start. --resume-kept WORK
 does that second half alone, on a sweep that --keep kept in WORK and whose driver was killed
 (with the options of the run that made it), in place.
 --restore N [N ...] runs no sweep: it times Tune's restore of a saved experiment state of N
@@ -518,10 +522,11 @@ def cpu_seconds() -> float:
 
 def run_driver(args, trials: int, work: Path, store: tuple, root: str, env: dict) -> dict:
     """`drive` in a fresh process on the MLflow STORE (`tracking_store`'s (URI, database));
-    with --kill-at K, SIGKILLed once K trials have ended (their MLflow runs ended), then
-    `drive --resume` in another: the resume's answer, with "killed": the trials ended, the
-    wall seconds and the killed driver's CPU seconds at the kill, and the seconds from the
-    resume's start to the first trial it starts. With --resume-kept, the resume alone."""
+    with --kill-at K, SIGKILLed once K trials have ended (their MLflow runs ended) or, with
+    --kill-on started, started, then `drive --resume` in another: the resume's answer, with
+    "killed": the trials ended and started, the wall seconds and the killed driver's CPU
+    seconds at the kill, and the seconds from the resume's start to the first trial it
+    starts. With --resume-kept, the resume alone."""
     uri, database = store
     if args.resume_kept:  # its driver killed before this run
         killed = {"trials_ended": ended_trials(database)}
@@ -529,13 +534,27 @@ def run_driver(args, trials: int, work: Path, store: tuple, root: str, env: dict
     if not args.kill_at:
         return driven(args, trials, work, uri, root, env)
     start = time.monotonic()
+    counted = {"ended": lambda: ended_trials(database), "started": lambda: started_trials(work)}
 
-    def enough_ended() -> bool:
-        return ended_trials(database) >= args.kill_at
+    def enough() -> bool:
+        return counted[args.kill_on]() >= args.kill_at
 
-    cpu = driven(args, trials, work, uri, root, env, until=enough_ended)
-    killed = {"trials_ended": ended_trials(database), "after_s": time.monotonic() - start, **cpu}
+    cpu = driven(args, trials, work, uri, root, env, until=enough)
+    killed = {
+        "trials_ended": ended_trials(database),
+        "trials_started": started_trials(work),
+        "counted": args.kill_on,
+        "after_s": time.monotonic() - start,
+        **cpu,
+    }
     return resumed(args, trials, work, uri, root, env, killed)
+
+
+def started_trials(work: Path) -> int:
+    """The trial starts in WORK's STARTS so far (a restored trial's start counts again)."""
+    with suppress(FileNotFoundError), open(work / STARTS, "rb") as f:
+        return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+    return 0
 
 
 def resumed(args, trials, work, uri, root, env, killed: dict) -> dict:
@@ -1028,7 +1047,7 @@ TABLE = [  # (heading, the value of a size's row and its run's options)
     ("storage", lambda s, run: run["storage"]),
     ("search", lambda s, run: " ".join([run["search"], *options_named(run)])),
     ("epochs, ms", lambda s, run: f"{run['epochs']}, {run['epoch_ms']:g}"),
-    ("killed at", lambda s, run: f"{s['killed']['trials_ended']:,}" if "killed" in s else ""),
+    ("killed at", lambda s, run: killed_at(s)),
     ("driver CPU ms a trial-epoch", lambda s, run: f"{s['driver_cpu_ms_per_trial_epoch']:.1f}"),
     ("peak RSS MB", lambda s, run: f"{peak_rss(s):,.0f}"),
     ("report, export, table s", lambda s, run: results_seconds(s)),
@@ -1047,6 +1066,17 @@ def options_named(run: dict) -> list[str]:
         ("--no-nice-start", run.get("turns") is True and not run.get("nice_start")),
     ]
     return [f"({option})" for option, shown in named if shown]
+
+
+def killed_at(size: dict) -> str:
+    """The trials ended in MLflow when SIZE's driver was killed, or those started where the
+    kill counted starts (`--kill-on started`)."""
+    killed = size.get("killed")
+    if not killed:
+        return ""
+    if killed.get("counted") == "started":
+        return f"{killed['trials_started']:,} started"
+    return f"{killed['trials_ended']:,}"
 
 
 def peak_rss(size: dict) -> float:
@@ -1169,6 +1199,13 @@ def main():
         help="SIGKILL the driver once this many trials have ended, then `sweep resume` it",
     )
     p.add_argument(
+        "--kill-on",
+        choices=["ended", "started"],
+        default="ended",
+        help="what --kill-at counts: MLflow runs ended, or trials Tune started (for a store "
+        "whose server lags the trials)",
+    )
+    p.add_argument(
         "--resume-kept",
         type=Path,
         metavar="WORK",
@@ -1190,6 +1227,8 @@ def main():
         p.error("--plain-tune runs on --storage dir only")
     if args.plain_with and not args.plain_tune:
         p.error("--plain-with goes with --plain-tune")
+    if args.kill_on != "ended" and not args.kill_at:
+        p.error("--kill-on goes with --kill-at")
     if args.kill_at and args.plain_tune:
         p.error("--kill-at goes with rhnsearch's driver, not --plain-tune")
     if args.resume_kept and (args.plain_tune or args.store != "sqlite" or args.storage != "dir"):
@@ -1241,8 +1280,14 @@ def main():
                 ] * ("peak_rss_mb" in killed)
                 after = f" ({', '.join(notes)})" if notes else ""
                 first = killed["first_trial_s"]
+                count = (
+                    f"{killed['trials_started']} trials had started "
+                    f"({killed['trials_ended']} ended in MLflow)"
+                    if killed.get("counted") == "started"
+                    else f"{killed['trials_ended']} trials had ended"
+                )
                 print(
-                    f"  killed once {killed['trials_ended']} trials had ended{after}; "
+                    f"  killed once {count}{after}; "
                     + (
                         f"the resume started a trial {first:.1f} s after its own start; "
                         if first is not None
