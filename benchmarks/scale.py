@@ -1196,7 +1196,8 @@ def main():
     p.add_argument(
         "--kill-at",
         type=int,
-        help="SIGKILL the driver once this many trials have ended, then `sweep resume` it",
+        help="SIGKILL the driver once this many trials have ended (or started: --kill-on), "
+        "then `sweep resume` it",
     )
     p.add_argument(
         "--kill-on",
