@@ -534,12 +534,14 @@ def run_driver(args, trials: int, work: Path, store: tuple, root: str, env: dict
     if not args.kill_at:
         return driven(args, trials, work, uri, root, env)
     start = time.monotonic()
-    counted = {"ended": lambda: ended_trials(database), "started": lambda: started_trials(work)}
-
-    def enough() -> bool:
-        return counted[args.kill_on]() >= args.kill_at
-
-    cpu = driven(args, trials, work, uri, root, env, until=enough)
+    counters = {  # each count, and the seconds between looks: a store's query, a file's read
+        "ended": (lambda: ended_trials(database), 1.0),
+        "started": (lambda: started_trials(work), 0.1),  # (sub-second trials start fast)
+    }
+    count, every = counters[args.kill_on]
+    cpu = driven(
+        args, trials, work, uri, root, env, until=lambda: count() >= args.kill_at, every=every
+    )
     killed = {
         "trials_ended": ended_trials(database),
         "trials_started": started_trials(work),
@@ -591,10 +593,10 @@ def ended_epochs(round_dir: str) -> dict[str, int]:
     }
 
 
-def driven(args, trials, work, uri, root, env, *options, until=None) -> dict:
+def driven(args, trials, work, uri, root, env, *options, until=None, every=1.0) -> dict:
     """`drive` in a fresh process (its output appended to WORK/driver.log), SIGKILLed once
-    UNTIL() holds; its Ray's temp dir removed afterwards and any process of that Ray still
-    alive killed, by its pid."""
+    UNTIL() holds (asked every EVERY seconds); its Ray's temp dir removed afterwards and any
+    process of that Ray still alive killed, by its pid."""
     ray_dir, result = RAY_TEMP / f"{os.getpid()}-{trials}{'-'.join(options)}", work / "driver.json"
     command = [sys.executable, __file__, "--driver", "--uri", uri, "--root", root, *options]
     if args.memray:
@@ -613,7 +615,7 @@ def driven(args, trials, work, uri, root, env, *options, until=None) -> dict:
         with open(work / "driver.log", "a") as log:
             proc = subprocess.Popen(command, cwd=work, env=env, stdout=log, stderr=log)
             while until and proc.poll() is None and not until():
-                time.sleep(1)
+                time.sleep(every)
             if until and proc.poll() is None:
                 times = psutil.Process(proc.pid).cpu_times()  # its own, not its Ray's
                 peak = high_water_mb(proc.pid)
