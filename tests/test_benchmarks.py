@@ -244,16 +244,18 @@ def test_scale_smoke(tmp_path):
 @pytest.mark.slow
 @pytest.mark.cluster
 @pytest.mark.services
-def test_scale_kill_and_resume_smoke(tmp_path):
-    """24 simulated trials, the driver SIGKILLed once 2 have started (`--kill-on started`, the
-    count a lagging server needs) and the sweep resumed: the row counts both drivers'
-    trial-epochs (those that ended before the kill are read from Tune's state, which the
-    resume takes them out of) and the kill's counts of started trials and ended runs, nothing
-    lost or run twice."""
+@pytest.mark.parametrize("kill_on", ["ended", "started"])
+def test_scale_kill_and_resume_smoke(tmp_path, kill_on):
+    """24 simulated trials, the driver SIGKILLed once 4 have ended in MLflow (`--kill-on
+    ended`, the default) or 2 have started (`--kill-on started`, the count a lagging server
+    needs) and the sweep resumed: the row counts both drivers' trial-epochs (those that ended
+    before the kill are read from Tune's state, which the resume takes them out of) and the
+    kill's counts of started trials and ended runs, nothing lost or run twice."""
+    at = {"ended": 4, "started": 2}[kill_on]
     proc = bench(
         "scale.py",
         *("--trials", 24, "--slots", 2, "--epochs", 3, "--epoch-ms", 1),
-        *("--kill-at", 2, "--kill-on", "started"),
+        *("--kill-at", at, "--kill-on", kill_on),
         tmp_path=tmp_path,
         timeout=600,
     )
@@ -262,12 +264,17 @@ def test_scale_kill_and_resume_smoke(tmp_path):
     assert size["doubled"] == 0 and size["run_twice"] == []
     assert 24 <= size["trial_epochs"] <= 24 * 3
     killed = size["killed"]
-    assert killed["counted"] == "started" and 2 <= killed["trials_started"] < 24
-    assert 0 <= killed["trials_ended"] <= killed["trials_started"]
-    assert finite(killed["cpu_s"], killed["peak_rss_mb"], killed["first_trial_s"])
+    assert killed["counted"] == kill_on and killed[f"trials_{kill_on}"] >= at
+    assert 0 <= killed["trials_ended"] <= killed["trials_started"] <= 24
+    assert finite(killed["cpu_s"], killed["peak_rss_mb"])
     assert killed["peak_rss_mb"] > 100  # a driver with Ray, Tune and MLflow imported
-    started = r"  killed once \d+ trials had started \(\d+ ended in MLflow\) \(\d+ s, its peak RSS "
-    assert len(lines(proc, started + ".*")) == 1
+    count = {
+        "ended": r"\d+ trials had ended",
+        "started": r"\d+ trials had started \(\d+ ended in MLflow\)",
+    }[kill_on]
+    assert len(lines(proc, rf"  killed once {count} \(\d+ s, its peak RSS .*")) == 1
+    if kill_on == "started":  # (a kill at 4 ended runs may come after every trial started)
+        assert killed["trials_started"] < 24 and finite(killed["first_trial_s"])
 
 
 def test_the_docs_table_of_scale_runs_is_what_their_files_say(tmp_path):
